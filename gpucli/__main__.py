@@ -1,0 +1,3 @@
+from gpucli.cli import main
+
+main()

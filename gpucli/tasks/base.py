@@ -1,0 +1,129 @@
+"""The contract every task implements; the pipeline knows tasks only through it.
+
+A task lives in both processes. In the parent it cuts inputs into items (`open`, `prepare`)
+and turns outputs into rows (`row`); in each spawned worker it loads the model once
+(`setup`) and runs batches (`predict`). The object is built from plain data
+(`TaskSpec`), so it can be rebuilt on the other side of `spawn`.
+
+Module-level imports of task modules must stay light (no torch, transformers, PIL...):
+`gpucli --help` imports every task module to build its commands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from gpucli.records import Item, Source
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A model alias a task offers by default (`gpucli models` lists them).
+
+    `resolve()` returns the local path (or id) handed to the backend; `available()` says
+    whether it loads offline on this machine, without loading it.
+    """
+
+    alias: str
+    task: str
+    backend: str
+    description: str
+    resolve: Callable[[], str]
+    available: Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Plain data that rebuilds a task inside a spawned worker."""
+
+    name: str
+    model: str
+    options: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "auto"
+
+
+class Task:
+    """Base class. Subclasses set the class attributes and override the methods marked so.
+
+    Class attributes:
+      name: the subcommand (`gpucli embed`).
+      help: one paragraph for `--help`.
+      suffixes: file suffixes read by default (lower case, with dot).
+      Options: a frozen dataclass of task options; each field's metadata may hold
+        `help` (str) and `flag` (str, e.g. "--top-k"); they become CLI flags and TOML keys.
+      default_model: the alias used without `--model`.
+      cost_name: what `cost` counts ("tokens", "pixels", "audio_s"), for progress and docs.
+      default_max_cost: default per-batch cost budget.
+    """
+
+    name: ClassVar[str] = ""
+    help: ClassVar[str] = ""
+    examples: ClassVar[str] = ""
+    suffixes: ClassVar[tuple[str, ...]] = ()
+    Options: ClassVar[type] = object
+    default_model: ClassVar[str] = ""
+    cost_name: ClassVar[str] = "items"
+    default_batch_size: ClassVar[int] = 32
+    default_max_cost: ClassVar[int] = 0  # 0 = no cost cap
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.options = self.Options(**spec.options)
+
+    # --- model aliases ------------------------------------------------------------------
+    @classmethod
+    def models(cls) -> list[ModelEntry]:
+        """The aliases this task offers (override)."""
+        return []
+
+    # --- parent side --------------------------------------------------------------------
+    def open(self) -> None:
+        """Load what the parent needs to cut items (a tokenizer, class names). Raise
+        `UsageError` with a fix when the model cannot be found."""
+
+    def info(self) -> dict[str, str]:
+        """Key/values stored in the output's metadata (`gpucli.model`, `gpucli.dims`, ...)."""
+        return {"gpucli.model": self.spec.model}
+
+    def schema(self) -> "pa.Schema":
+        """Columns of a result row besides `path` (override)."""
+        raise NotImplementedError
+
+    def prepare(self, source: "Source", data: bytes) -> list["Item"]:
+        """Decode one input into items. Runs in a reader thread, never on the event loop.
+        Raise `InputError(stage, reason)` for bad input (override)."""
+        raise NotImplementedError
+
+    def row(self, item: "Item", output: dict[str, Any]) -> dict[str, Any]:
+        """The result row (without `path`) for one item and its model output."""
+        return {**item.meta, **output}
+
+    def finish(self, source: "Source", rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """All rows of one source, in item order, once every item is done. A task whose items
+        are pieces of one result (audio segments of one recording) merges them here."""
+        return rows
+
+    # --- transport hooks (parent packs, worker unpacks; parent releases) -----------------
+    def pack(self, payloads: list[Any]) -> Any:
+        """Turn a batch's payloads into what crosses the Pipe (default: pickled as is).
+        A task may put arrays into shared memory here and send only slot names."""
+        return payloads
+
+    def release(self, packed: Any) -> None:
+        """Free what `pack` took (shared memory slots). Called once per packed batch in the
+        parent, after its results arrived or its worker died."""
+
+    # --- worker side --------------------------------------------------------------------
+    def setup(self, device: str) -> None:
+        """Load the model onto `device` ("cpu", "cuda:0"). Called once per worker (override)."""
+
+    def unpack(self, packed: Any) -> list[Any]:
+        return packed
+
+    def predict(self, payloads: list[Any]) -> list[dict[str, Any]]:
+        """Run the model on one batch: exactly one output dict per payload (override)."""
+        raise NotImplementedError
