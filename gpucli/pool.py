@@ -1,0 +1,335 @@
+"""Spawned worker processes, one or more per device, each with its own Pipe.
+
+Why a Pipe each: when workers share one `mp.Queue`, SIGKILL of one wedged the others
+(it died holding the queue's read lock). Why spawn: CUDA cannot survive fork.
+
+The pool owns the batches in flight (at most `max_in_flight` per worker: one running, one
+prefetched). A dead worker is restarted within a budget and its batches are resent; a
+batch that killed workers twice is split in halves until the poison item stands alone,
+and that item becomes a failure record. A batch that raised (out of memory or any other
+error) is split the same way without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gpucli.errors import GpucliError, WorkerSetupError
+from gpucli.records import Batch, Item
+from gpucli.tasks import Task, TaskSpec
+from gpucli.worker import STOP, worker_main
+
+DEATHS_BEFORE_SPLIT = 2
+
+
+@dataclass
+class InFlight:
+    batch: Batch
+    packed: Any
+    sent_at: float
+
+
+@dataclass
+class Worker:
+    index: int
+    device: str
+    process: Any = None
+    conn: Any = None
+    in_flight: dict[int, InFlight] = field(default_factory=dict)
+    ready: bool = False
+    alive: bool = False
+    pid: int = 0
+    busy_since: float = 0.0
+    kill_reason: str = ""
+
+
+@dataclass
+class PoolEvents:
+    """What the pool tells the pipeline."""
+
+    on_outputs: Callable[[Batch, list[dict], float], None]
+    on_item_failed: Callable[[Item, str], None]
+    log: Callable[[str], None] = lambda message: None
+    on_oom: Callable[[int], None] = lambda batch_size: None
+
+
+class WorkerPool:
+    def __init__(self, task: Task, spec: TaskSpec, devices: list[str], events: PoolEvents,
+                 max_in_flight: int = 2, max_restarts: int = 16, batch_timeout_s: float = 600.0) -> None:
+        self.task = task
+        self.spec = spec
+        self.events = events
+        self.max_in_flight = max_in_flight
+        self.max_restarts = max_restarts
+        self.batch_timeout_s = batch_timeout_s
+        self.workers = [Worker(i, d) for i, d in enumerate(devices)]
+        self.retry: collections.deque[Batch] = collections.deque()
+        self.restarts = 0
+        self.fatal: GpucliError | None = None
+        self._waiters: list[asyncio.Future] = []
+        self.threads = _threads_per_worker(devices)
+        self._ctx = mp.get_context("spawn")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._setup_errors: dict[int, str] = {}
+        self._closing = False
+        self._watchdog: asyncio.Task | None = None
+        self._next_id = 1_000_000_000  # ids of split batches, apart from the dispatcher's
+
+    # --- life cycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        """Spawn every worker and wait until each has loaded its model (or one failed)."""
+        self._loop = asyncio.get_running_loop()
+        for worker in self.workers:
+            self._spawn(worker)
+        while not all(w.ready for w in self.workers):
+            if self._setup_errors:
+                index, message = next(iter(self._setup_errors.items()))
+                raise WorkerSetupError(f"worker {index} ({self.workers[index].device}) could not load the model: "
+                                       f"{message}")
+            await self._wait_changed()
+        self._watchdog = asyncio.ensure_future(self._watch_timeouts())
+
+    async def stop(self, deadline_s: float = 10.0) -> None:
+        """Stop sentinel to each worker, join within the deadline, then terminate, then kill."""
+        self._closing = True
+        if self._watchdog:
+            self._watchdog.cancel()
+        for worker in self.workers:
+            if worker.conn is not None:
+                try:
+                    worker.conn.send(STOP)
+                except (OSError, ValueError):
+                    pass
+        await asyncio.to_thread(self._join_all, deadline_s)
+        for worker in self.workers:
+            for record in worker.in_flight.values():
+                self.task.release(record.packed)
+            worker.in_flight.clear()
+            if worker.conn is not None:
+                worker.conn.close()
+
+    def kill_now(self) -> None:
+        """Second Ctrl-C: no grace."""
+        self._closing = True
+        for worker in self.workers:
+            if worker.process is not None and worker.process.is_alive():
+                worker.process.kill()
+
+    def _join_all(self, deadline_s: float) -> None:
+        end = time.monotonic() + deadline_s
+        for worker in self.workers:
+            if worker.process is not None:
+                worker.process.join(max(0.0, end - time.monotonic()))
+        for worker in self.workers:
+            if worker.process is not None and worker.process.is_alive():
+                worker.process.terminate()
+                worker.process.join(2.0)
+            if worker.process is not None and worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(2.0)
+
+    def _spawn(self, worker: Worker) -> None:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(target=worker_main, args=(child_conn, self.spec, worker.device, self.threads),
+                                    name=f"gpucli-worker-{worker.index}", daemon=True)
+        process.start()
+        child_conn.close()
+        worker.process, worker.conn, worker.ready, worker.alive = process, parent_conn, False, True
+        worker.pid = process.pid
+        threading.Thread(target=self._receive, args=(worker, parent_conn, process), daemon=True,
+                         name=f"gpucli-recv-{worker.index}").start()
+
+    # --- sending ------------------------------------------------------------------------
+    def free_worker(self) -> Worker | None:
+        """The live worker with the fewest batches in flight, if any has room."""
+        ready = [w for w in self.workers if w.ready and w.alive and len(w.in_flight) < self.max_in_flight]
+        return min(ready, key=lambda w: len(w.in_flight)) if ready else None
+
+    async def wait_free_worker(self) -> Worker:
+        while True:
+            self._raise_fatal()
+            worker = self.free_worker()
+            if worker is not None:
+                return worker
+            await self._wait_changed()
+
+    async def send(self, worker: Worker, batch: Batch) -> None:
+        packed = self.task.pack([item.payload for item in batch.items])
+        if not worker.in_flight:
+            worker.busy_since = time.monotonic()
+        worker.in_flight[batch.id] = InFlight(batch, packed, time.monotonic())
+        conn = worker.conn
+        try:
+            await asyncio.to_thread(conn.send, (batch.id, packed))
+        except (OSError, ValueError):
+            pass  # the receiver thread sees the death and requeues this batch
+
+    def in_flight_count(self) -> int:
+        return sum(len(w.in_flight) for w in self.workers)
+
+    def idle(self) -> bool:
+        return not self.retry and self.in_flight_count() == 0
+
+    async def wait_changed(self) -> None:
+        """Until a batch finished, failed or was requeued, or a worker came or went."""
+        self._raise_fatal()
+        await self._wait_changed()
+
+    async def _wait_changed(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def notify(self) -> None:
+        """Wake everything waiting on `wait_changed` (also used by the pipeline)."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _raise_fatal(self) -> None:
+        if self.fatal is not None:
+            raise self.fatal
+
+    # --- receiving (thread -> loop) -------------------------------------------------------
+    def _receive(self, worker: Worker, conn: Any, process: Any) -> None:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            self._loop.call_soon_threadsafe(self._on_message, worker, process, message)
+        process.join(5.0)
+        self._loop.call_soon_threadsafe(self._on_exit, worker, process)
+
+    def _on_message(self, worker: Worker, process: Any, message: tuple) -> None:
+        if worker.process is not process:
+            return  # a message from a worker already replaced
+        kind = message[0]
+        if kind == "ready":
+            worker.ready = True
+        elif kind == "setup_error":
+            self._setup_errors[worker.index] = message[1]
+        elif kind == "result":
+            _, batch_id, outputs, seconds = message
+            record = self._finish(worker, batch_id)
+            if record is not None:
+                self.events.on_outputs(record.batch, outputs, seconds)
+        elif kind == "error":
+            _, batch_id, error_kind, text = message
+            record = self._finish(worker, batch_id)
+            if record is not None:
+                self._on_batch_error(record.batch, error_kind, text)
+        self.notify()
+
+    def _finish(self, worker: Worker, batch_id: int) -> InFlight | None:
+        record = worker.in_flight.pop(batch_id, None)
+        if record is not None:
+            self.task.release(record.packed)
+            worker.busy_since = time.monotonic()
+        return record
+
+    def _on_batch_error(self, batch: Batch, kind: str, text: str) -> None:
+        if kind == "oom":
+            self.events.on_oom(len(batch))
+        if len(batch) == 1:
+            reason = f"out of memory even alone: {text}" if kind == "oom" else text
+            self.events.on_item_failed(batch.items[0], reason)
+            return
+        self.retry.extend(self._halves(batch, batch.attempts))
+
+    def _on_exit(self, worker: Worker, process: Any) -> None:
+        if worker.process is not process:
+            return
+        worker.alive = False
+        code = process.exitcode
+        if not worker.ready and worker.index not in self._setup_errors and not self._closing:
+            self._setup_errors[worker.index] = f"worker exited during setup ({_exit_text(code)})"
+        if self._closing or not worker.ready:
+            self.notify()
+            return
+        reason = worker.kill_reason or _exit_text(code)
+        worker.kill_reason = ""
+        self._requeue_after_death(worker, reason)
+        self._restart(worker, reason)
+        self.notify()
+
+    def _requeue_after_death(self, worker: Worker, reason: str) -> None:
+        records = sorted(worker.in_flight.values(), key=lambda r: r.sent_at)
+        worker.in_flight.clear()
+        for position, record in enumerate(records):
+            self.task.release(record.packed)
+            batch = record.batch
+            if position == 0:  # the batch that was running when the worker died
+                batch.attempts += 1
+            if batch.attempts < DEATHS_BEFORE_SPLIT:
+                self.retry.append(batch)
+            elif len(batch) == 1:
+                self.events.on_item_failed(batch.items[0], f"worker crashed on this input ({reason})")
+            else:
+                self.retry.extend(self._halves(batch, DEATHS_BEFORE_SPLIT - 1))
+
+    def _halves(self, batch: Batch, attempts: int) -> list[Batch]:
+        mid = len(batch) // 2
+        halves = []
+        for part in (batch.items[:mid], batch.items[mid:]):
+            self._next_id += 1
+            halves.append(Batch(self._next_id, part, attempts))
+        return halves
+
+    def _restart(self, worker: Worker, reason: str) -> None:
+        if self.restarts >= self.max_restarts:
+            if not any(w.alive for w in self.workers):
+                self.fatal = GpucliError(f"workers died {self.restarts + 1} times (last: {reason}); "
+                                         "restart budget spent, stopping. Results written so far are kept.")
+            return
+        self.restarts += 1
+        delay = min(5.0, 0.2 * 2 ** min(self.restarts, 5))
+        self.events.log(f"worker {worker.index} ({worker.device}) died ({reason}); restarting in {delay:.1f}s")
+        self._loop.call_later(delay, self._respawn, worker)
+
+    def _respawn(self, worker: Worker) -> None:
+        if not self._closing:
+            self._spawn(worker)
+
+    async def _watch_timeouts(self) -> None:
+        """A worker stuck on one batch past the timeout is killed and handled as a death."""
+        while True:
+            await asyncio.sleep(min(1.0, self.batch_timeout_s / 4))
+            now = time.monotonic()
+            for worker in self.workers:
+                if worker.alive and worker.in_flight and now - worker.busy_since > self.batch_timeout_s:
+                    worker.kill_reason = f"batch timed out after {self.batch_timeout_s:g}s"
+                    os.kill(worker.pid, signal.SIGKILL)
+                    worker.busy_since = now
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _threads_per_worker(devices: list[str]) -> int:
+    cpu_workers = sum(1 for d in devices if d == "cpu")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cpu_workers == 0:
+        return 1 if len(devices) > cores else max(1, min(4, cores // len(devices)))
+    return max(1, cores // cpu_workers)

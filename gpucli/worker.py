@@ -1,0 +1,128 @@
+"""The loop inside each spawned worker process: load once, then predict batch after batch.
+
+Messages, parent -> worker: `(batch_id, packed)` or `None` (stop).
+Worker -> parent: `("ready", info)`, `("setup_error", message)`,
+`("result", batch_id, outputs, seconds)`, `("error", batch_id, kind, message)`.
+A receiver thread reads and unpacks the next batch while the model runs on this one.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from typing import Any
+
+from gpucli.tasks import TaskSpec, create_task
+
+STOP = None
+
+
+def worker_main(conn: Any, spec: TaskSpec, device: str, threads: int) -> None:
+    """Entry point of a spawned worker. Never raises: every problem becomes a message."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _limit_threads(threads)
+    try:
+        task = create_task(spec)
+        task.setup(device)
+        _limit_torch_threads(threads)
+    except BaseException as exc:  # noqa: BLE001 - the parent shows the worker's own error
+        _send(conn, ("setup_error", _describe(exc)))
+        return
+    _send(conn, ("ready", {"pid": os.getpid(), "device": device}))
+    run_loop(conn, task)
+
+
+def run_loop(conn: Any, task: Any) -> None:
+    """Predict until the stop sentinel or until the parent goes away."""
+    inbox: queue.Queue = queue.Queue(maxsize=1)
+    threading.Thread(target=_receive, args=(conn, task, inbox), daemon=True).start()
+    while True:
+        message = inbox.get()
+        if message is STOP:
+            return
+        batch_id, payloads, unpack_error = message
+        if unpack_error is not None:
+            _send(conn, ("error", batch_id, "error", unpack_error))
+            continue
+        if not _send(conn, predict_one(task, batch_id, payloads)):
+            return
+
+
+def predict_one(task: Any, batch_id: int, payloads: list[Any]) -> tuple:
+    """Run one batch and check the task kept its promise of one output per input."""
+    t0 = time.perf_counter()
+    try:
+        outputs = task.predict(payloads)
+    except BaseException as exc:  # noqa: BLE001
+        _free_memory()
+        return ("error", batch_id, "oom" if _is_oom(exc) else "error", _describe(exc))
+    if len(outputs) != len(payloads):
+        message = (f"task {task.name!r} returned {len(outputs)} outputs for {len(payloads)} inputs; "
+                   "predict must return one output per input. This is a bug in the task.")
+        return ("error", batch_id, "error", message)
+    return ("result", batch_id, outputs, time.perf_counter() - t0)
+
+
+def _receive(conn: Any, task: Any, inbox: queue.Queue) -> None:
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            message = STOP  # the parent is gone: finish quietly
+        if message is STOP:
+            inbox.put(STOP)
+            return
+        batch_id, packed = message
+        try:
+            inbox.put((batch_id, task.unpack(packed), None))
+        except Exception as exc:  # noqa: BLE001
+            inbox.put((batch_id, None, _describe(exc)))
+
+
+def _send(conn: Any, message: tuple) -> bool:
+    try:
+        conn.send(message)
+        return True
+    except (BrokenPipeError, EOFError, OSError):
+        return False
+
+
+def _describe(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" (at {os.path.basename(last[0].filename)}:{last[0].lineno})" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
+
+
+def _free_memory() -> None:
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _limit_threads(threads: int) -> None:
+    """Each worker gets its share of the cores, so workers do not oversubscribe the CPU.
+    Set before the task imports its libraries, which read these at import."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _limit_torch_threads(threads: int) -> None:
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)

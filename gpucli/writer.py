@@ -1,0 +1,119 @@
+"""Drain finished files into the sink without blocking the event loop.
+
+Rows of finished files are buffered and written as one part (or upsert) when the buffer
+reaches `part_rows` or `flush_s` passed, so a long run keeps durable progress and memory
+stays bounded. The sink runs in a thread: its calls may block (disk, network).
+Failures go to the failures JSONL at once, line by line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from gpucli.records import Failure, Source
+from gpucli.sinks import Sink
+
+
+class FailureLog:
+    """The failures JSONL beside the output; always written, empty when nothing failed."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "w", encoding="utf-8")
+
+    def add(self, failure: Failure) -> None:
+        self._file.write(json.dumps(failure.to_dict(), ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+
+
+class Writer:
+    def __init__(self, sink: Sink, schema: Any, part_rows: int, flush_s: float,
+                 on_durable: Callable[[list[Source], int], None]) -> None:
+        self.sink = sink
+        self.schema = schema
+        self.part_rows = part_rows
+        self.flush_s = flush_s
+        self.on_durable = on_durable
+        self.seconds = 0.0
+        self._rows: list[dict[str, Any]] = []
+        self._sources: list[Source] = []
+        self._last_flush = time.monotonic()
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._loop())
+
+    def add(self, source: Source, rows: list[dict[str, Any]]) -> None:
+        """Called on the loop when a file is complete."""
+        for row in rows:
+            row["path"] = source.path
+        self._rows.extend(rows)
+        self._sources.append(source)
+        if len(self._rows) >= self.part_rows:
+            self._wake.set()
+
+    @property
+    def backlog(self) -> int:
+        return len(self._rows)
+
+    async def close(self) -> None:
+        """Write what is buffered and stop; raises what the sink raised."""
+        self._closed = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.flush_s)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            await self._flush()
+            if self._closed:
+                await self._flush()
+                return
+
+    async def _flush(self) -> None:
+        if not self._rows:
+            return
+        rows, sources = self._rows, self._sources
+        self._rows, self._sources = [], []
+        t0 = time.perf_counter()
+        await asyncio.to_thread(self._write, rows)
+        self.seconds += time.perf_counter() - t0
+        self._last_flush = time.monotonic()
+        self.on_durable(sources, len(rows))
+
+    def _write(self, rows: list[dict[str, Any]]) -> None:
+        self.sink.write(rows_to_table(rows, self.schema))
+
+
+def rows_to_table(rows: list[dict[str, Any]], schema: Any) -> Any:
+    """Column by column; fixed-size vectors are stacked into one numpy block (fast)."""
+    import numpy as np
+    import pyarrow as pa
+
+    columns = []
+    for field in schema:
+        values = [row.get(field.name) for row in rows]
+        if pa.types.is_fixed_size_list(field.type):
+            flat = np.asarray(np.stack(values), dtype=field.type.value_type.to_pandas_dtype()).ravel()
+            columns.append(pa.FixedSizeListArray.from_arrays(pa.array(flat), field.type.list_size))
+        else:
+            columns.append(pa.array(values, type=field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
