@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_data"
+
+# Spawned workers import tests.fake_task: make the repo root importable for them too.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
+    """Create files (str as UTF-8, bytes as is) under root; returns root."""
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def tree(tmp_path: Path):
+    def make(files: dict[str, str | bytes], name: str = "in") -> Path:
+        return write_tree(tmp_path / name, files)
+
+    return make

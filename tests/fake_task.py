@@ -1,0 +1,87 @@
+"""A deterministic fake task that drives the whole pipeline in seconds (no model).
+
+Each non-empty line of a .txt file is one item; its cost is its word count. The "model"
+returns the line's word count and the lengths of its first four words (llm's EmbedDemo).
+Markers in a line make the worker misbehave, for the failure-path tests:
+  CRASH   the worker process dies (os._exit), like a native decoder crash
+  BOOM    predict raises for the batch holding this line
+  SLEEP   the batch takes `sleep_ms` longer
+Options make setup fail, raise out-of-memory above a batch size, and log every batch
+(size and cost) to a file the test reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gpucli.errors import InputError
+from gpucli.records import Item, Source
+from gpucli.tasks.base import Task
+
+
+@dataclass(frozen=True)
+class FakeOptions:
+    batch_log: str = ""
+    fail_setup: str = ""
+    oom_above: int = 0
+    sleep_ms: float = 0.0
+
+
+class FakeTask(Task):
+    name = "fake"
+    help = "test task"
+    suffixes = (".txt",)
+    Options = FakeOptions
+    default_model = "fake-model"
+    cost_name = "words"
+    default_batch_size = 8
+    default_max_cost = 0
+
+    def info(self) -> dict[str, str]:
+        return {"gpucli.model": self.spec.model, "gpucli.dims": "4"}
+
+    def schema(self):
+        import pyarrow as pa
+
+        return pa.schema([("chunk", pa.int32()), ("text", pa.string()), ("words", pa.int64()),
+                          ("embedding", pa.list_(pa.float32(), 4))])
+
+    def prepare(self, source: Source, data: bytes) -> list[Item]:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError("decode", "not UTF-8") from None
+        lines = [line for line in text.splitlines() if line.strip()]
+        return [Item(source.id, i, line, max(1, len(line.split())), {"chunk": i, "text": line})
+                for i, line in enumerate(lines)]
+
+    def setup(self, device: str) -> None:
+        if self.options.fail_setup:
+            raise RuntimeError(self.options.fail_setup)
+        self.pid = os.getpid()
+
+    def predict(self, payloads: list[str]) -> list[dict[str, Any]]:
+        cost = sum(max(1, len(p.split())) for p in payloads)
+        if self.options.batch_log:
+            with open(self.options.batch_log, "a") as f:
+                f.write(json.dumps({"size": len(payloads), "cost": cost, "pid": self.pid}) + "\n")
+        if any("CRASH" in p for p in payloads):
+            os._exit(3)
+        if any("BOOM" in p for p in payloads):
+            raise ValueError("BOOM in batch")
+        if self.options.oom_above and len(payloads) > self.options.oom_above:
+            raise MemoryError(f"fake out of memory for a batch of {len(payloads)}")
+        if self.options.sleep_ms or any("SLEEP" in p for p in payloads):
+            time.sleep(self.options.sleep_ms / 1000)
+        out = []
+        for p in payloads:
+            lengths = [float(len(w)) for w in p.split()[:4]]
+            out.append({"words": len(p.split()), "embedding": lengths + [0.0] * (4 - len(lengths))})
+        return out
+
+
+FAKE = "tests.fake_task:FakeTask"

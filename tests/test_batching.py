@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import asyncio
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpucli.batching import BatchCaps, sort_window, take_batch
+from gpucli.config import RunConfig
+from gpucli.pipeline import END, Pipeline
+from gpucli.progress import Progress
+from gpucli.records import Item
+from tests.fake_task import FAKE
+
+
+def items(costs):
+    return [Item(0, i, None, c) for i, c in enumerate(costs)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 100), max_size=60), st.integers(1, 16), st.integers(0, 300))
+def test_take_batch_keeps_order_loses_nothing_and_respects_caps(costs, max_items, max_cost):
+    caps = BatchCaps(max_items, max_cost)
+    pending = items(costs)
+    seen = []
+    while pending:
+        batch, pending = take_batch(pending, caps)
+        assert batch, "progress on every call"
+        assert len(batch) <= max_items
+        assert len(batch) == 1 or max_cost == 0 or sum(i.cost for i in batch) <= max_cost
+        seen.extend(batch)
+    assert [i.index for i in seen] == list(range(len(costs)))
+
+
+def test_sort_window_puts_similar_costs_together():
+    assert [i.cost for i in sort_window(items([3, 9, 1, 9, 3]))] == [9, 9, 3, 3, 1]
+
+
+class _QuietPool:
+    async def wait_changed(self):
+        await asyncio.Event().wait()
+
+
+def test_max_wait_flushes_a_partial_batch():
+    pipe = Pipeline(RunConfig(task=FAKE, paths=("x",), batch_size=100, max_wait_ms=50), progress=Progress())
+
+    async def scenario():
+        pipe.queue = asyncio.Queue()
+        pipe.pool = _QuietPool()
+        for item in items([1, 2, 3]):
+            item.enqueued_at = time.monotonic()
+            pipe.queue.put_nowait(item)
+        t0 = time.monotonic()
+        batch = await pipe._next_batch([])
+        waited = time.monotonic() - t0
+        pipe.queue.put_nowait(END)
+        rest = await pipe._next_batch([])
+        return batch, waited, rest
+
+    batch, waited, rest = asyncio.run(scenario())
+    assert len(batch) == 3 and 0.04 <= waited < 2.0
+    assert rest is None and pipe.input_done

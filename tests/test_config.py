@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import pytest
+
+from gpucli.config import build_config
+from gpucli.errors import UsageError
+from gpucli.tasks.embed import EmbedOptions
+
+
+def test_precedence_flag_over_env_over_file_over_default(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text('batch_size = 4\nmax_wait_ms = 7\nchunk_overlap = 8\ndevices = "cpu"\n'
+                    '[embed]\nmax_wait_ms = 9\n[classify]\nbatch_size = 99\n')
+    env = {"GPUCLI_BATCH_SIZE": "16", "GPUCLI_CHUNK_OVERLAP": "12"}
+    config = build_config("embed", EmbedOptions, {"paths": ("x",), "batch_size": 32, "max_wait_ms": None},
+                          toml, env)
+    assert config.batch_size == 32  # flag
+    assert config.task_options["chunk_overlap"] == 12  # env over file
+    assert config.max_wait_ms == 9  # task table over top level
+    assert config.devices == "cpu"  # file over default
+    assert config.workers_per_device == 1  # default
+
+
+def test_env_values_are_typed():
+    config = build_config("embed", EmbedOptions, {"paths": ("x",)},
+                          environ={"GPUCLI_QUIET": "yes", "GPUCLI_INCLUDE": "*.md, *.txt", "GPUCLI_NORMALIZE": "0"})
+    assert config.quiet is True and config.include == ("*.md", "*.txt")
+    assert config.task_options["normalize"] is False
+
+
+@pytest.mark.parametrize("cli,env", [
+    ({"paths": ("x",), "progress": "loud"}, {}),
+    ({"paths": ("x",)}, {"GPUCLI_BATCH_SIZE": "many"}),
+    ({"paths": ()}, {}),
+    ({"paths": ("x",), "chunk_overlap": -1}, {}),
+])
+def test_invalid_settings_say_what_to_fix(cli, env):
+    with pytest.raises(UsageError):
+        build_config("embed", EmbedOptions, cli, environ=env)

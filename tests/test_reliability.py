@@ -1,0 +1,90 @@
+"""Workers that die, interrupts, and what is left behind."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from tests.test_pipeline import read_rows, run_fake
+
+pytestmark = pytest.mark.slow
+
+
+def _kill_workers(times: int, every_s: float, killed: list[int], stop: threading.Event) -> None:
+    while len(killed) < times and not stop.is_set():
+        time.sleep(every_s)
+        workers = [p for p in mp.active_children() if p.name.startswith("gpucli-worker") and p.pid not in killed]
+        if workers:
+            os.kill(workers[0].pid, signal.SIGKILL)
+            killed.append(workers[0].pid)
+
+
+def test_sigkilled_worker_three_times_every_item_exactly_once(tree, tmp_path):
+    files = {f"d{i % 10}/f{i:04d}.txt": f"item {i}\n" for i in range(2000)}
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_workers, args=(3, 0.8, killed, stop), daemon=True)
+    killer.start()
+    try:
+        summary = run_fake([tree(files)], tmp_path / "out.parquet", {"sleep_ms": 15}, workers_per_device=2,
+                           batch_size=8)
+    finally:
+        stop.set()
+    assert len(killed) == 3, "the run ended before three kills; make it longer"
+    assert summary.exit_code == 0, Path(summary.failures_file).read_text()
+    paths = [r["path"] for r in read_rows(tmp_path / "out.parquet")]
+    assert len(paths) == 2000 and set(paths) == set(files)
+
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from gpucli.config import RunConfig
+    from gpucli.pipeline import run
+    s = run(RunConfig(task="tests.fake_task:FakeTask", paths=({src!r},), out={out!r}, devices="cpu",
+                      progress="plain", task_options={{"sleep_ms": 40}}, batch_size=4, part_rows=20, flush_s=0.5))
+    print("SUMMARY", s.exit_code, s.succeeded, s.unfinished, flush=True)
+    sys.exit(s.exit_code)
+""")
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_exits_promptly_with_readable_output(tree, tmp_path, sig, code):
+    root = tree({f"f{i:04d}.txt": f"item {i}\n" for i in range(3000)})
+    out = tmp_path / "out.parquet"
+    script = SCRIPT.format(root=str(Path(__file__).resolve().parent.parent), src=str(root), out=str(out))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(out.glob("part-*.parquet")):
+            time.sleep(0.1)
+        assert any(out.glob("part-*.parquet")), "no part written before the interrupt"
+        t0 = time.monotonic()
+        os.kill(proc.pid, sig)
+        stdout, stderr = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 12
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr
+    rows = ds.dataset(str(out), format="parquet").to_table().num_rows
+    assert 0 < rows < 3000
+    assert stdout.split()[1:4][0] == str(code)
+    time.sleep(0.5)
+    leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    if leftover:
+        time.sleep(2)
+        leftover = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True).stdout
+    assert not leftover, f"a process outlived the command: {leftover}"
