@@ -98,8 +98,10 @@ def _walk_one(root: Path, real_root: str, base: Path, flt: WalkFilter, seen: set
             rel = _rel(entry.path, base)
             if not _is_dir(entry):
                 yield from _entry(entry.path, rel, real_root, flt, explicit=False)
-            elif _inside(entry.path, real_root):
+            elif not entry.is_symlink():
                 subdirs.append(entry.path)
+            elif _inside(entry.path, real_root):
+                continue  # its files are reached under their real path: each file once
             else:
                 yield Found(failure=Failure(rel, "skip", "symlink to a directory outside the root; not followed"))
         stack.extend(reversed(subdirs))
