@@ -28,6 +28,7 @@ from gpucli.progress import Counts, Progress, make_progress
 from gpucli.reader import ReadResult, WalkFilter, read_all, walk
 from gpucli.records import Batch, Failure, Item
 from gpucli.sinks import open_sink
+from gpucli.state import Ledger, RunLock, fingerprint
 from gpucli.tasks import Task, TaskSpec, get_task
 from gpucli.tracker import Tracker
 from gpucli.writer import FailureLog, Writer
@@ -51,6 +52,8 @@ class RunSummary:
     stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("read", "queue", "infer", "write"), 0.0))
     items_per_s: float = 0.0
     exit_code: int = 0
+    unchanged: int = 0  # done by an earlier run, counted in skipped
+    pruned: int = 0
     unfinished: int = 0
     interrupted: bool = False
 
@@ -89,6 +92,8 @@ class Pipeline:
                               config.max_wait_ms / 1000)
         self.stopping: int = 0
         self.input_done = False
+        self._seen: set[str] = set()
+        self._pruned: set[str] = set()
         self._batch_id = 0
         self._oom_events = 0
 
@@ -102,14 +107,22 @@ class Pipeline:
         devices = resolve_devices(self.config.devices, self.config.workers_per_device)
         schema = _schema(self.task)
         metadata = {**self.task.info(), "gpucli.version": __version__, "gpucli.task": self.task_cls.name}
-        await asyncio.to_thread(self.sink.open, schema, metadata)
+        self.lock = RunLock(self.sink.state_dir)
+        self.lock.acquire(self.sink.display)
+        try:
+            await asyncio.to_thread(self.sink.open, schema, metadata)
+            self.ledger = await asyncio.to_thread(self._open_ledger, metadata)
+        except BaseException:
+            self.lock.release()
+            raise
         self.failures = FailureLog(self.sink.failures_path)
         self.summary.out, self.summary.failures_file = self.sink.display, self.failures.path
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=self.config.queue_items)
         self.pool = WorkerPool(self.task, self.spec, devices,
                                PoolEvents(self._on_outputs, self._on_item_failed, self.progress.log, self._on_oom),
                                batch_timeout_s=self.config.batch_timeout_s)
-        self.writer = Writer(self.sink, schema, self.config.part_rows, self.config.flush_s, self._on_durable)
+        self.writer = Writer(self.sink, schema, self.config.part_rows, self.config.flush_s, self._on_durable,
+                             self.ledger.mark_done)
         self._install_signals()
         ticker = asyncio.ensure_future(self._tick())
         self.reader = asyncio.ensure_future(self._read())  # reads while the workers load their models
@@ -140,11 +153,44 @@ class Pipeline:
         await self.pool.stop(deadline_s=STOP_DEADLINE_S)
         try:
             await self.writer.close()
+            await asyncio.to_thread(self._remove_stale)
         finally:
             await asyncio.to_thread(self.sink.close)
             self.failures.close()
+            self.ledger.close()
+            self.lock.release()
             self.progress.update(self._counts())
             self.progress.close()
+
+    # --- ledger (see state.py) --------------------------------------------------------------
+    def _open_ledger(self, metadata: dict[str, str]) -> Ledger:
+        """Check the output's settings, then repair what a crashed run left behind."""
+        ledger = Ledger(self.sink.state_dir)
+        settings = {"task": self.task_cls.name, "model": self.spec.model, "options": dict(self.spec.options),
+                    "dtype": self.spec.dtype, "info": {k: v for k, v in metadata.items() if k != "gpucli.version"},
+                    "weights": _weights_signature(metadata.get("gpucli.model_path", ""))}
+        value = fingerprint(settings)
+        if ledger.check_fingerprint(value, full=not self.config.incremental, describe="model, options or dtype"):
+            self.sink.reset()
+            ledger.reset(value)
+            return ledger
+        for orphan in self.sink.locations() - ledger.locations():
+            self.sink.remove_location(orphan)
+        self._remove_stale(ledger)
+        return ledger
+
+    def _remove_stale(self, ledger: Ledger | None = None) -> None:
+        ledger = ledger or self.ledger
+        stale = ledger.stale()
+        if stale:
+            self.sink.supersede(stale, self._pruned)
+            ledger.clear_stale(stale)
+
+    def _prune(self) -> None:
+        gone = [path for path in self.ledger.done_paths() if path not in self._seen]
+        self.ledger.prune(gone)
+        self._pruned.update(gone)
+        self.summary.pruned = len(gone)
 
     def _finish(self, started: float) -> RunSummary:
         s = self.summary
@@ -165,19 +211,31 @@ class Pipeline:
         flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
         max_bytes = int(self.config.max_file_mb * 2**20)
         found = walk(list(self.config.paths), flt)
+        lookup = self.ledger.lookup if self.config.incremental else None
         async for result in read_all(found, self.task.prepare, max_bytes, self.config.read_chunk_files,
-                                     self.config.read_chunks_in_flight):
+                                     self.config.read_chunks_in_flight, lookup):
             self.counts.found += 1
+            if self.config.prune:
+                self._seen.add(result.path if isinstance(result, Failure) else result.source.path)
             if isinstance(result, Failure):
                 self._record_failure(result)
             elif result.failure is not None:
                 self._record_failure(result.failure)
+            elif result.unchanged:
+                self._unchanged(result.source)
             else:
                 await self._enqueue(result)
             if self.stopping:
                 return
         self.counts.walk_done = True
+        if self.config.prune:
+            await asyncio.to_thread(self._prune)
         await self.queue.put(END)
+
+    def _unchanged(self, source) -> None:
+        self.summary.unchanged += 1
+        self.summary.skipped += 1
+        self.ledger.mark_unchanged(source)
 
     async def _enqueue(self, result: ReadResult) -> None:
         self.summary.stage_seconds["read"] += result.seconds
@@ -321,6 +379,7 @@ class Pipeline:
             self.summary.skipped += 1
         else:
             self.summary.failed += 1
+            self.ledger.mark_failed(failure.path, failure.error)
 
     # --- progress and signals ---------------------------------------------------------------
     def _counts(self) -> Counts:
@@ -369,6 +428,15 @@ def _schema(task: Task):
     import pyarrow as pa
 
     return pa.schema([pa.field("path", pa.string())] + list(task.schema()))
+
+
+def _weights_signature(path: str) -> list:
+    """Names and sizes of the weight files: a cheap identity of the weights in the fingerprint."""
+    if not path or not os.path.isdir(path):
+        return []
+    suffixes = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".ckpt")
+    return sorted((name, os.path.getsize(os.path.join(path, name))) for name in os.listdir(path)
+                  if name.endswith(suffixes))
 
 
 def _check_roots(paths: tuple[str, ...]) -> None:

@@ -15,10 +15,11 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from gpucli.errors import InputError, UsageError
 from gpucli.records import Failure, Item, Source
+from gpucli.state import digest
 
 NON_REGULAR = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
                stat.S_IFBLK: "a block device"}
@@ -163,13 +164,23 @@ class ReadResult:
     items: list[Item] | None
     failure: Failure | None
     seconds: float
+    unchanged: bool = False  # done in an earlier run, same content: nothing to do
 
 
-def read_source(source: Source, prepare: Callable[[Source, bytes], list[Item]], max_bytes: int) -> ReadResult:
-    """Read one file and cut it into items; any problem becomes a failure record."""
+# path -> (size, mtime_ns, digest) of inputs an earlier run finished, for incremental runs
+Lookup = Callable[[list[str]], dict[str, Any]]
+
+
+def read_source(source: Source, prepare: Callable[[Source, bytes], list[Item]], max_bytes: int,
+                known: Any = None) -> ReadResult:
+    """Read one file and cut it into items; any problem becomes a failure record. With
+    `known` (the ledger's entry), a file whose content hash is unchanged is not prepared."""
     t0 = time.perf_counter()
     try:
         data = _read_bytes(source, max_bytes)
+        source.digest = digest(data)
+        if known is not None and known.digest == source.digest:
+            return ReadResult(source, None, None, time.perf_counter() - t0, unchanged=True)
         items = prepare(source, data)
         if not items:
             raise InputError("preprocess", "nothing to process in this file")
@@ -209,12 +220,24 @@ async def read_all(
     max_bytes: int,
     chunk_files: int = 64,
     in_flight: int = 8,
+    lookup: Lookup | None = None,
 ) -> AsyncIterator[ReadResult | Failure]:
     """Walk and read with `in_flight` thread calls of `chunk_files` files each, yielding
-    results as chunks finish. The walk itself also runs in a thread."""
+    results as chunks finish. The walk itself also runs in a thread. With `lookup`, files an
+    earlier run finished are not even read when their size and mtime are unchanged."""
 
     def read_chunk(sources: list[Source]) -> list[ReadResult]:
-        return [read_source(s, prepare, max_bytes) for s in sources]
+        known = lookup([s.path for s in sources]) if lookup else {}
+        results = []
+        for s in sources:
+            k = known.get(s.path)
+            k = k if k is not None and k.status == "done" else None
+            if k is not None and (k.size, k.mtime_ns) == (s.size, s.mtime_ns):
+                s.digest = k.digest
+                results.append(ReadResult(s, None, None, 0.0, unchanged=True))
+            else:
+                results.append(read_source(s, prepare, max_bytes, k))
+        return results
 
     def next_chunk() -> tuple[list[Source], list[Failure], bool]:
         sources, failures = [], []

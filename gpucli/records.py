@@ -18,6 +18,7 @@ class Source:
     abspath: str
     size: int = 0
     mtime_ns: int = 0
+    digest: str = ""  # content hash, set when the file is read (for the ledger)
 
 
 @dataclass(slots=True)

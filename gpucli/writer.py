@@ -39,15 +39,20 @@ class FailureLog:
 
 class Writer:
     def __init__(self, sink: Sink, schema: Any, part_rows: int, flush_s: float,
-                 on_durable: Callable[[list[Source], int], None]) -> None:
+                 on_durable: Callable[[list[Source], int], None],
+                 commit: Callable[[list[Source], list[int], str | None], None] | None = None) -> None:
+        """`commit` runs in the writer thread right after the sink made rows durable (the
+        ledger marks their inputs done); `on_durable` then runs on the loop (counters)."""
         self.sink = sink
         self.schema = schema
         self.part_rows = part_rows
         self.flush_s = flush_s
         self.on_durable = on_durable
+        self.commit = commit
         self.seconds = 0.0
         self._rows: list[dict[str, Any]] = []
         self._sources: list[Source] = []
+        self._counts: list[int] = []
         self._last_flush = time.monotonic()
         self._wake = asyncio.Event()
         self._closed = False
@@ -62,6 +67,7 @@ class Writer:
             row["path"] = source.path
         self._rows.extend(rows)
         self._sources.append(source)
+        self._counts.append(len(rows))
         if len(self._rows) >= self.part_rows:
             self._wake.set()
 
@@ -89,18 +95,20 @@ class Writer:
                 return
 
     async def _flush(self) -> None:
-        if not self._rows:
+        if not self._sources:
             return
-        rows, sources = self._rows, self._sources
-        self._rows, self._sources = [], []
+        rows, sources, counts = self._rows, self._sources, self._counts
+        self._rows, self._sources, self._counts = [], [], []
         t0 = time.perf_counter()
-        await asyncio.to_thread(self._write, rows)
+        await asyncio.to_thread(self._write, rows, sources, counts)
         self.seconds += time.perf_counter() - t0
         self._last_flush = time.monotonic()
         self.on_durable(sources, len(rows))
 
-    def _write(self, rows: list[dict[str, Any]]) -> None:
-        self.sink.write(rows_to_table(rows, self.schema))
+    def _write(self, rows: list[dict[str, Any]], sources: list[Source], counts: list[int]) -> None:
+        location = self.sink.write(rows_to_table(rows, self.schema))
+        if self.commit is not None:
+            self.commit(sources, counts, location)
 
 
 def rows_to_table(rows: list[dict[str, Any]], schema: Any) -> Any:

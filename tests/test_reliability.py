@@ -20,7 +20,9 @@ from tests.test_pipeline import read_rows, run_fake
 pytestmark = pytest.mark.slow
 
 
-def _kill_workers(times: int, every_s: float, killed: list[int], stop: threading.Event) -> None:
+def _kill_workers(times: int, every_s: float, killed: list[int], stop: threading.Event, started: Path) -> None:
+    while not started.exists() and not stop.is_set():  # kill mid-run, not during model setup
+        time.sleep(0.05)
     while len(killed) < times and not stop.is_set():
         time.sleep(every_s)
         workers = [p for p in mp.active_children() if p.name.startswith("gpucli-worker") and p.pid not in killed]
@@ -33,11 +35,12 @@ def test_sigkilled_worker_three_times_every_item_exactly_once(tree, tmp_path):
     files = {f"d{i % 10}/f{i:04d}.txt": f"item {i}\n" for i in range(2000)}
     killed: list[int] = []
     stop = threading.Event()
-    killer = threading.Thread(target=_kill_workers, args=(3, 0.8, killed, stop), daemon=True)
+    log = tmp_path / "batches.jsonl"
+    killer = threading.Thread(target=_kill_workers, args=(3, 0.5, killed, stop, log), daemon=True)
     killer.start()
     try:
-        summary = run_fake([tree(files)], tmp_path / "out.parquet", {"sleep_ms": 15}, workers_per_device=2,
-                           batch_size=8)
+        summary = run_fake([tree(files)], tmp_path / "out.parquet", {"sleep_ms": 15, "batch_log": str(log)},
+                           workers_per_device=2, batch_size=8)
     finally:
         stop.set()
     assert len(killed) == 3, "the run ended before three kills; make it longer"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from gpucli.sinks.base import Sink
@@ -29,12 +30,48 @@ class JsonlSink(Sink):
     def open(self, schema, metadata: dict[str, str]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
+        self._run = f"{time.time_ns():x}"  # unique per run: a location names one write of one run
+        self._writes = 0
 
-    def write(self, table) -> None:
+    def write(self, table) -> str:
         lines = [json.dumps(row, ensure_ascii=False, default=_plain) for row in table.to_pylist()]
         self._file.write("\n".join(lines) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
+        self._writes += 1
+        return f"{self._run}-{self._writes}"
+
+    def reset(self) -> None:
+        self._file.truncate(0)
+
+    def supersede(self, stale: dict[str, set[str]], pruned: set[str]) -> None:
+        """Rewrite the file: a pruned path loses every row; a redone path keeps only its
+        last block of rows (a file's rows are always written together, newest last)."""
+        redone = set().union(*stale.values()) - pruned if stale else set()
+        if not redone and not pruned:
+            return
+        with open(self.path, encoding="utf-8") as f:
+            lines = f.readlines()
+        paths = [json.loads(line)["path"] for line in lines]
+        last_block: dict[str, int] = {}
+        for i, path in enumerate(paths):
+            if path in redone and (i == 0 or paths[i - 1] != path):
+                last_block[path] = i
+        keep = []
+        for i, (line, path) in enumerate(zip(lines, paths)):
+            if path in pruned:
+                continue
+            if path in redone and i < last_block[path]:
+                continue
+            keep.append(line)
+        tmp = self.path.with_name(f".{self.path.name}.inprogress")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(keep)
+            f.flush()
+            os.fsync(f.fileno())
+        self._file.close()
+        os.replace(tmp, self.path)
+        self._file = open(self.path, "a", encoding="utf-8")
 
     def close(self) -> None:
         if self._file is not None:

@@ -44,22 +44,66 @@ class ParquetSink(Sink):
         self._schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
         self._next = max((int(m.group(1)) + 1 for m in map(PART.match, os.listdir(self.dir)) if m), default=0)
 
+    @property
+    def state_dir(self) -> Path:
+        return self.dir / "_gpucli"  # dataset readers skip names starting with _ or .
+
     def parts(self) -> list[Path]:
         return sorted(p for p in self.dir.iterdir() if PART.match(p.name))
 
-    def write(self, table) -> None:
-        import pyarrow.parquet as pq
-
+    def write(self, table) -> str:
         name = f"part-{self._next:05d}.parquet"
         self._next += 1
+        self._write_atomic(table.replace_schema_metadata(self._schema.metadata), name)
+        return name
+
+    def _write_atomic(self, table, name: str) -> None:
+        import pyarrow.parquet as pq
+
         tmp = self.dir / f".{name}.inprogress"
-        table = table.replace_schema_metadata(self._schema.metadata)
         with open(tmp, "wb") as f:
             pq.write_table(table, f, use_dictionary=["path"], write_statistics=["path"])
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.dir / name)
         fsync_dir(self.dir)
+
+    def reset(self) -> None:
+        for part in self.parts():
+            part.unlink()
+        fsync_dir(self.dir)
+        self._next = 0
+
+    def locations(self) -> set[str]:
+        return {p.name for p in self.parts()}
+
+    def remove_location(self, name: str) -> None:
+        (self.dir / name).unlink(missing_ok=True)
+        fsync_dir(self.dir)
+
+    def supersede(self, stale: dict[str, set[str]], pruned: set[str]) -> None:
+        """Rewrite each affected part without the superseded paths (atomically, same name)."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        for name, paths in stale.items():
+            part = self.dir / name
+            if not part.exists():
+                continue
+            table = pq.read_table(part)
+            keep = table.filter(pc.invert(pc.is_in(table.column("path"), value_set=_array(paths))))
+            if keep.num_rows == table.num_rows:
+                continue
+            if keep.num_rows == 0:
+                self.remove_location(name)
+            else:
+                self._write_atomic(keep, name)
+
+
+def _array(values: set[str]):
+    import pyarrow as pa
+
+    return pa.array(sorted(values), type=pa.string())
 
 
 def fsync_dir(path: Path) -> None:
