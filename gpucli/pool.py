@@ -19,6 +19,7 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -82,6 +83,9 @@ class WorkerPool:
         self._closing = False
         self._watchdog: asyncio.Task | None = None
         self._next_id = 1_000_000_000  # ids of split batches, apart from the dispatcher's
+        # Sends get threads of their own: behind reader threads in the default pool, the
+        # device would wait for the disk.
+        self._sender = ThreadPoolExecutor(max_workers=len(devices) + 1, thread_name_prefix="gpucli-send")
 
     # --- life cycle ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -109,6 +113,7 @@ class WorkerPool:
                 except (OSError, ValueError):
                     pass
         await asyncio.to_thread(self._join_all, deadline_s)
+        self._sender.shutdown(wait=False, cancel_futures=True)
         for worker in self.workers:
             for record in worker.in_flight.values():
                 self.task.release(record.packed)
@@ -168,7 +173,7 @@ class WorkerPool:
         worker.in_flight[batch.id] = InFlight(batch, packed, time.monotonic())
         conn = worker.conn
         try:
-            await asyncio.to_thread(conn.send, (batch.id, packed))
+            await asyncio.get_running_loop().run_in_executor(self._sender, conn.send, (batch.id, packed))
         except (OSError, ValueError):
             pass  # the receiver thread sees the death and requeues this batch
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,6 +58,8 @@ class Writer:
         self._wake = asyncio.Event()
         self._closed = False
         self._task: asyncio.Task | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucli-writer")  # its own: never
+        # queued behind reader threads, and one at a time keeps parts in order
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._loop())
@@ -92,6 +95,7 @@ class Writer:
             await self._flush()
             if self._closed:
                 await self._flush()
+                self._thread.shutdown(wait=False)
                 return
 
     async def _flush(self) -> None:
@@ -100,7 +104,7 @@ class Writer:
         rows, sources, counts = self._rows, self._sources, self._counts
         self._rows, self._sources, self._counts = [], [], []
         t0 = time.perf_counter()
-        await asyncio.to_thread(self._write, rows, sources, counts)
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._write, rows, sources, counts)
         self.seconds += time.perf_counter() - t0
         self._last_flush = time.monotonic()
         self.on_durable(sources, len(rows))
