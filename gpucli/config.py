@@ -51,6 +51,7 @@ class RunConfig:
     part_rows: int = 50_000
     flush_s: float = 30.0
     batch_timeout_s: float = 600.0
+    max_restarts: int = 16
     task_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -67,6 +68,8 @@ class RunConfig:
         _check(self.queue_items >= 1 and self.read_chunk_files >= 1 and self.read_chunks_in_flight >= 1,
                "queue and read sizes must be positive")
         _check(self.part_rows >= 1, "part_rows must be positive")
+        _check(self.batch_timeout_s > 0, "--batch-timeout-s must be positive")
+        _check(self.max_restarts >= 0, "max_restarts must be 0 or positive")
 
 
 def _check(ok: bool, message: str) -> None:

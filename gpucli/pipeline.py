@@ -120,7 +120,7 @@ class Pipeline:
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=self.config.queue_items)
         self.pool = WorkerPool(self.task, self.spec, devices,
                                PoolEvents(self._on_outputs, self._on_item_failed, self.progress.log, self._on_oom),
-                               batch_timeout_s=self.config.batch_timeout_s)
+                               batch_timeout_s=self.config.batch_timeout_s, max_restarts=self.config.max_restarts)
         self.writer = Writer(self.sink, schema, self.config.part_rows, self.config.flush_s, self._on_durable,
                              self.ledger.mark_done)
         self._install_signals()

@@ -74,6 +74,7 @@ class WorkerPool:
         self.workers = [Worker(i, d) for i, d in enumerate(devices)]
         self.retry: collections.deque[Batch] = collections.deque()
         self.restarts = 0
+        self._consecutive_deaths = 0  # the restart backoff grows with these, and resets on success
         self.fatal: GpucliError | None = None
         self._waiters: list[asyncio.Future] = []
         self.threads = _threads_per_worker(devices)
@@ -228,6 +229,7 @@ class WorkerPool:
         elif kind == "setup_error":
             self._setup_errors[worker.index] = message[1]
         elif kind == "result":
+            self._consecutive_deaths = 0
             _, batch_id, outputs, seconds = message
             record = self._finish(worker, batch_id)
             if record is not None:
@@ -301,7 +303,8 @@ class WorkerPool:
                                          "restart budget spent, stopping. Results written so far are kept.")
             return
         self.restarts += 1
-        delay = min(5.0, 0.2 * 2 ** min(self.restarts, 5))
+        self._consecutive_deaths += 1
+        delay = min(5.0, 0.1 * 2 ** min(self._consecutive_deaths, 6))
         self.events.log(f"worker {worker.index} ({worker.device}) died ({reason}); restarting in {delay:.1f}s")
         self._loop.call_later(delay, self._respawn, worker)
 

@@ -5,7 +5,7 @@ returns the line's word count and the lengths of its first four words (llm's Emb
 Markers in a line make the worker misbehave, for the failure-path tests:
   CRASH   the worker process dies (os._exit), like a native decoder crash
   BOOM    predict raises for the batch holding this line
-  SLEEP   the batch takes `sleep_ms` longer
+  HANG    the worker hangs (for the batch timeout)
 Options make setup fail, raise out-of-memory above a batch size, and log every batch
 (size and cost) to a file the test reads.
 """
@@ -75,7 +75,9 @@ class FakeTask(Task):
             raise ValueError("BOOM in batch")
         if self.options.oom_above and len(payloads) > self.options.oom_above:
             raise MemoryError(f"fake out of memory for a batch of {len(payloads)}")
-        if self.options.sleep_ms or any("SLEEP" in p for p in payloads):
+        if any("HANG" in p for p in payloads):
+            time.sleep(3600)
+        if self.options.sleep_ms:
             time.sleep(self.options.sleep_ms / 1000)
         out = []
         for p in payloads:

@@ -91,3 +91,24 @@ def test_interrupt_exits_promptly_with_readable_output(tree, tmp_path, sig, code
         time.sleep(2)
         leftover = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True).stdout
     assert not leftover, f"a process outlived the command: {leftover}"
+
+
+def test_a_hung_batch_times_out_and_the_stuck_item_fails(tree, tmp_path):
+    files = {f"f{i:02d}.txt": f"line {i}\n" for i in range(12)}
+    files["f05.txt"] = "this one will HANG\n"
+    summary = run_fake([tree(files)], tmp_path / "out.parquet", batch_size=2, batch_timeout_s=1.0)
+    assert (summary.succeeded, summary.failed) == (11, 1)
+    record = Path(summary.failures_file).read_text()
+    assert "f05.txt" in record and "timed out" in record
+
+
+def test_spent_restart_budget_fails_the_run_but_keeps_what_was_written(tree, tmp_path):
+    from gpucli.errors import GpucliError
+
+    files = {f"ok{i:02d}.txt": f"line {i}\n" for i in range(20)}
+    files.update({f"zz{i:02d}.txt": "CRASH\n" for i in range(20)})
+    out = tmp_path / "out.parquet"
+    with pytest.raises(GpucliError, match="restart budget"):
+        run_fake([tree(files)], out, batch_size=1, max_restarts=3, part_rows=1)
+    rows = ds.dataset(str(out), format="parquet").to_table().to_pylist()  # readable
+    assert all(r["path"].startswith("ok") for r in rows)
