@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, get_args, get_origin
+from typing import Any, get_args, get_origin
+
+import tomllib
 
 from gpucli.errors import UsageError
 

@@ -19,9 +19,10 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from gpucli.errors import GpucliError, WorkerSetupError
 from gpucli.records import Batch, Item

@@ -33,7 +33,7 @@ class Progress:
         self.cost_name = cost_name
         self.started = time.monotonic()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -86,8 +86,15 @@ class RichProgress(Progress):
     def __init__(self, task: str = "", cost_name: str = "items") -> None:
         super().__init__(task, cost_name)
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bars, SpinnerColumn, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as Bars
 
         self.console = Console(stderr=True)
         self.bars = Bars(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -13,9 +13,10 @@ import fnmatch
 import os
 import stat
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any
 
 from gpucli.errors import InputError, UsageError
 from gpucli.records import Failure, Item, Source

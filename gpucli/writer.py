@@ -12,9 +12,10 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gpucli.records import Failure, Source
 from gpucli.sinks import Sink

