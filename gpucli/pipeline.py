@@ -93,6 +93,7 @@ class Pipeline:
         self.stopping: int = 0
         self.input_done = False
         self._seen: set[str] = set()
+        self._work_event = asyncio.Event()
         self._pruned: set[str] = set()
         self._batch_id = 0
         self._oom_events = 0
@@ -127,15 +128,28 @@ class Pipeline:
         ticker = asyncio.ensure_future(self._tick())
         self.reader = asyncio.ensure_future(self._read())  # reads while the workers load their models
         try:
-            await self.pool.start()
-            self.writer.start()
-            await self._run_stages()
+            if await self._any_work():
+                await self.pool.start()
+                self.writer.start()
+                await self._run_stages()
+            else:
+                await self.reader
         finally:
             ticker.cancel()
             self.reader.cancel()
             await self._shutdown()
             self._remove_signals()
         return self._finish(started)
+
+    async def _any_work(self) -> bool:
+        """Wait for the first item (or the end of input): a cron rerun over an unchanged
+        tree then finishes in the time of a walk, without loading a model."""
+        waiter = asyncio.ensure_future(self._work_event.wait())
+        await asyncio.wait({waiter, self.reader}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if self.reader.done() and self.reader.exception() is not None:
+            raise self.reader.exception()
+        return self._work_event.is_set()
 
     async def _run_stages(self) -> None:
         dispatcher = asyncio.ensure_future(self._dispatch())
@@ -240,6 +254,7 @@ class Pipeline:
     async def _enqueue(self, result: ReadResult) -> None:
         self.summary.stage_seconds["read"] += result.seconds
         self.tracker.expect(result.source, len(result.items))
+        self._work_event.set()
         for item in result.items:
             item.enqueued_at = time.monotonic()
             await self.queue.put(item)
