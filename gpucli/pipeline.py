@@ -129,7 +129,10 @@ class Pipeline:
         self.reader = asyncio.ensure_future(self._read())  # reads while the workers load their models
         try:
             if await self._any_work():
+                where = ", ".join(sorted(set(devices)))
+                self.counts.phase = f"loading the model in {len(devices)} worker(s) on {where}"
                 await self.pool.start()
+                self.counts.phase = ""
                 self.writer.start()
                 await self._run_stages()
             else:

@@ -23,6 +23,7 @@ class Counts:
     cost: int = 0
     queued: int = 0
     in_flight: int = 0
+    phase: str = ""  # e.g. "loading the model on 2 workers", shown while nothing else moves
 
 
 class Progress:
@@ -69,7 +70,8 @@ class PlainProgress(Progress):
     def _print(self, c: Counts, now: float) -> None:
         elapsed = max(now - self.started, 1e-9)
         total = f"/{c.found}" if c.walk_done else f" (of {c.found}+ found)"
-        print(f"gpucli {self.task}: {c.done + c.failed + c.skipped}{total} files, {c.failed} failed, "
+        phase = f"{c.phase}; " if c.phase else ""
+        print(f"gpucli {self.task}: {phase}{c.done + c.failed + c.skipped}{total} files, {c.failed} failed, "
               f"{c.rows} rows, {c.items / elapsed:.1f} items/s, {c.cost / elapsed:.0f} {self.cost_name}/s, "
               f"queue {c.queued}, in flight {c.in_flight}, {elapsed:.0f}s", file=self.stream, flush=True)
 
@@ -105,7 +107,7 @@ class RichProgress(Progress):
 
     def update(self, c: Counts) -> None:
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        detail = (f"{c.rows} rows · {c.items / elapsed:.1f} items/s · {c.cost / elapsed:.0f} {self.cost_name}/s"
+        detail = (f"[yellow]{c.phase}[/] · " if c.phase else "") + (f"{c.rows} rows · {c.items / elapsed:.1f} items/s · {c.cost / elapsed:.0f} {self.cost_name}/s"
                   f" · queue {c.queued} · in flight {c.in_flight}" + (f" · [red]{c.failed} failed" if c.failed else ""))
         self.bars.update(self.files, completed=c.done + c.failed + c.skipped,
                          total=c.found if c.walk_done else None, detail=detail)
