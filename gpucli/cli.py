@@ -18,7 +18,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from gpucli import __version__
-from gpucli.errors import EXIT_USAGE, GpucliError
+from gpucli.errors import GpucliError
 
 app = typer.Typer(
     name="gpucli",
@@ -49,10 +49,13 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("include", list[str], ("--include",), "Glob of files to read, instead of the task's suffixes (repeatable)."),
     ("exclude", list[str], ("--exclude",), "Glob of files to leave out (repeatable)."),
     ("max_file_mb", float, ("--max-file-mb",), "Larger files become failure records (default: 512)."),
+    ("batch_timeout_s", float, ("--batch-timeout-s",), "A worker stuck longer on one batch is restarted and the "
+                                                       "batch retried (default: 600)."),
     ("dtype", str, ("--dtype",), "auto | float32 | float16 | bfloat16 (auto: float16 on GPU, float32 on CPU)."),
     ("progress", str, ("--progress",), "auto | rich | plain | off (auto: bars on a terminal, lines in logs)."),
     ("quiet", bool, ("--quiet", "-q"), "No progress and no summary on stderr."),
     ("json", bool, ("--json",), "Print the run summary as one JSON object on stdout at the end."),
+    ("prune", bool, ("--prune",), "Remove the rows of inputs that no longer exist (incremental runs)."),
     ("engine", str, ("--engine",), "local | ray (default: local)."),
 ]
 
@@ -166,7 +169,9 @@ def _print_summary(s: Any) -> None:
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in s.stage_seconds.items())
     lines = [
         f"gpucli {s.task}: {state} in {s.elapsed_s:.1f}s — {s.inputs} inputs: {s.succeeded} succeeded, "
-        f"{s.failed} failed, {s.skipped} skipped" + (f", {s.unfinished} unfinished" if s.unfinished else ""),
+        f"{s.failed} failed, {s.skipped} skipped" + (f" ({s.unchanged} unchanged since the last run)"
+                                                      if s.unchanged else "")
+        + (f", {s.unfinished} unfinished" if s.unfinished else "") + (f", {s.pruned} pruned" if s.pruned else ""),
         f"  {s.rows} rows -> {s.out} ({s.items_per_s:.1f} items/s; {stages})",
     ]
     if s.failed or s.skipped:
@@ -211,6 +216,40 @@ def models(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
         table.add_row(alias, r["task"], r["backend"], "yes" if r["available"] else "no: install its package",
                       r["description"])
     Console().print(table)
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for, in words.", show_default=False)],
+    source: Annotated[str, typer.Option("--in", "-i", show_default=False,
+                                        help="An embed output: DIR.parquet, qdrant://HOST:PORT/COLLECTION or "
+                                             "qdrant:PATH/COLLECTION.")],
+    k: Annotated[int, typer.Option("-k", "--top-k", help="How many chunks to show.")] = 10,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per hit on stdout (rank, score, path, "
+                                                          "chunk, char_start, char_end, text).")] = False,
+) -> None:
+    """Show the chunks of an embed output nearest to QUERY (cosine similarity).
+
+    The query is embedded with the model the output was made with (named in its metadata).
+    A Parquet dataset is scanned in batches with bounded memory; Qdrant searches itself.
+
+    \b
+    Examples:
+      gpucli search "how do bees make honey" --in embed.parquet
+      gpucli search "tidal forces" --in qdrant:./qdrant_data/docs -k 3 --json
+
+    Exit codes: 0 done; 1 the search failed (e.g. Qdrant unreachable); 2 bad usage or not an embed output.
+    """
+    try:
+        from gpucli import search as searching
+
+        result = searching.search(source, query, k)
+    except GpucliError as exc:
+        if os.environ.get("GPUCLI_DEBUG"):
+            raise
+        _error(str(exc))
+        raise typer.Exit(exc.exit_code) from None
+    searching.render(result, json_out)
 
 
 _register_tasks()

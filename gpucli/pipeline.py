@@ -23,15 +23,14 @@ from gpucli.batching import BatchCaps, sort_window, take_batch
 from gpucli.config import RunConfig
 from gpucli.devices import resolve_devices
 from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, UsageError
+from gpucli.output import Output
 from gpucli.pool import PoolEvents, WorkerPool
 from gpucli.progress import Counts, Progress, make_progress
 from gpucli.reader import ReadResult, WalkFilter, read_all, walk
 from gpucli.records import Batch, Failure, Item
-from gpucli.sinks import open_sink
-from gpucli.state import Ledger, RunLock, fingerprint
 from gpucli.tasks import Task, TaskSpec, get_task
 from gpucli.tracker import Tracker
-from gpucli.writer import FailureLog, Writer
+from gpucli.writer import Writer
 
 END = object()
 STOP_DEADLINE_S = 10.0
@@ -94,7 +93,6 @@ class Pipeline:
         self.input_done = False
         self._seen: set[str] = set()
         self._work_event = asyncio.Event()
-        self._pruned: set[str] = set()
         self._batch_id = 0
         self._oom_events = 0
 
@@ -104,26 +102,17 @@ class Pipeline:
         _check_roots(self.config.paths)
         self.task = self.task_cls(self.spec)
         await asyncio.to_thread(self.task.open)
-        self.sink = open_sink(self.config.out or default_out(self.task_cls.name))
+        self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental)
         devices = resolve_devices(self.config.devices, self.config.workers_per_device)
-        schema = _schema(self.task)
-        metadata = {**self.task.info(), "gpucli.version": __version__, "gpucli.task": self.task_cls.name}
-        self.lock = RunLock(self.sink.state_dir)
-        self.lock.acquire(self.sink.display)
-        try:
-            await asyncio.to_thread(self.sink.open, schema, metadata)
-            self.ledger = await asyncio.to_thread(self._open_ledger, metadata)
-        except BaseException:
-            self.lock.release()
-            raise
-        self.failures = FailureLog(self.sink.failures_path)
-        self.summary.out, self.summary.failures_file = self.sink.display, self.failures.path
+        schema, metadata = output_schema(self.task), output_metadata(self.task)
+        await asyncio.to_thread(self.output.open, schema, metadata, output_settings(self.spec, metadata))
+        self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=self.config.queue_items)
         self.pool = WorkerPool(self.task, self.spec, devices,
                                PoolEvents(self._on_outputs, self._on_item_failed, self.progress.log, self._on_oom),
                                batch_timeout_s=self.config.batch_timeout_s, max_restarts=self.config.max_restarts)
-        self.writer = Writer(self.sink, schema, self.config.part_rows, self.config.flush_s, self._on_durable,
-                             self.ledger.mark_done)
+        self.writer = Writer(self.output.sink, schema, self.config.part_rows, self.config.flush_s,
+                             self._on_durable, self.output.commit)
         self._install_signals()
         ticker = asyncio.ensure_future(self._tick())
         self.reader = asyncio.ensure_future(self._read())  # reads while the workers load their models
@@ -155,59 +144,33 @@ class Pipeline:
         return self._work_event.is_set()
 
     async def _run_stages(self) -> None:
+        """Reader, dispatcher and writer run together; the first to fail stops the others
+        (a sink that broke mid-run ends the run now, not after reading the whole tree)."""
         dispatcher = asyncio.ensure_future(self._dispatch())
-        done, _ = await asyncio.wait({self.reader, dispatcher}, return_when=asyncio.FIRST_EXCEPTION)
-        for stage in (self.reader, dispatcher):
-            if stage in done and not stage.cancelled() and stage.exception() is not None:
-                for other in (self.reader, dispatcher):
-                    other.cancel()
-                raise stage.exception()
+        stages = (self.reader, dispatcher, self.writer.task)
+        while not dispatcher.done():
+            done, _ = await asyncio.wait(set(stages), return_when=asyncio.FIRST_COMPLETED)
+            for stage in done:
+                if not stage.cancelled() and stage.exception() is not None:
+                    for other in stages:
+                        if other is not self.writer.task:
+                            other.cancel()
+                    raise stage.exception()
+            stages = tuple(s for s in stages if not s.done()) or (dispatcher,)
         await dispatcher
         if not self.reader.done():
             self.reader.cancel()
 
     async def _shutdown(self) -> None:
         await self.pool.stop(deadline_s=STOP_DEADLINE_S)
+        written = False
         try:
             await self.writer.close()
-            await asyncio.to_thread(self._remove_stale)
+            written = True
         finally:
-            await asyncio.to_thread(self.sink.close)
-            self.failures.close()
-            self.ledger.close()
-            self.lock.release()
+            await asyncio.to_thread(self.output.close, written)
             self.progress.update(self._counts())
             self.progress.close()
-
-    # --- ledger (see state.py) --------------------------------------------------------------
-    def _open_ledger(self, metadata: dict[str, str]) -> Ledger:
-        """Check the output's settings, then repair what a crashed run left behind."""
-        ledger = Ledger(self.sink.state_dir)
-        settings = {"task": self.task_cls.name, "model": self.spec.model, "options": dict(self.spec.options),
-                    "dtype": self.spec.dtype, "info": {k: v for k, v in metadata.items() if k != "gpucli.version"},
-                    "weights": _weights_signature(metadata.get("gpucli.model_path", ""))}
-        value = fingerprint(settings)
-        if ledger.check_fingerprint(value, full=not self.config.incremental, describe="model, options or dtype"):
-            self.sink.reset()
-            ledger.reset(value)
-            return ledger
-        for orphan in self.sink.locations() - ledger.locations():
-            self.sink.remove_location(orphan)
-        self._remove_stale(ledger)
-        return ledger
-
-    def _remove_stale(self, ledger: Ledger | None = None) -> None:
-        ledger = ledger or self.ledger
-        stale = ledger.stale()
-        if stale:
-            self.sink.supersede(stale, self._pruned)
-            ledger.clear_stale(stale)
-
-    def _prune(self) -> None:
-        gone = [path for path in self.ledger.done_paths() if path not in self._seen]
-        self.ledger.prune(gone)
-        self._pruned.update(gone)
-        self.summary.pruned = len(gone)
 
     def _finish(self, started: float) -> RunSummary:
         s = self.summary
@@ -228,9 +191,8 @@ class Pipeline:
         flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
         max_bytes = int(self.config.max_file_mb * 2**20)
         found = walk(list(self.config.paths), flt)
-        lookup = self.ledger.lookup if self.config.incremental else None
         async for result in read_all(found, self.task.prepare, max_bytes, self.config.read_chunk_files,
-                                     self.config.read_chunks_in_flight, lookup):
+                                     self.config.read_chunks_in_flight, self.output.lookup()):
             self.counts.found += 1
             if self.config.prune:
                 self._seen.add(result.path if isinstance(result, Failure) else result.source.path)
@@ -246,13 +208,13 @@ class Pipeline:
                 return
         self.counts.walk_done = True
         if self.config.prune:
-            await asyncio.to_thread(self._prune)
+            self.summary.pruned = await asyncio.to_thread(self.output.prune, self._seen)
         await self.queue.put(END)
 
     def _unchanged(self, source) -> None:
         self.summary.unchanged += 1
         self.summary.skipped += 1
-        self.ledger.mark_unchanged(source)
+        self.output.unchanged(source)
 
     async def _enqueue(self, result: ReadResult) -> None:
         self.summary.stage_seconds["read"] += result.seconds
@@ -273,6 +235,9 @@ class Pipeline:
             if self.pool.retry:
                 await self.pool.send(worker, self.pool.retry.popleft())
                 continue
+            if self.writer.backlog > 2 * self.config.part_rows:
+                await self._wait_for_writer()
+                continue
             batch = await self._next_batch(pending)
             if batch is not None:
                 await self.pool.send(worker, batch)
@@ -281,6 +246,13 @@ class Pipeline:
             elif self.input_done:
                 await self.pool.wait_changed()
         await self._drain_in_flight()
+
+    async def _wait_for_writer(self) -> None:
+        """Backpressure: the sink is slower than the model; let it catch up."""
+        while self.writer.backlog > self.config.part_rows and not self.stopping:
+            if self.writer.task.done():
+                return
+            await asyncio.sleep(0.05)
 
     async def _next_batch(self, pending: list[Item]) -> Batch | None:
         """Collect up to a window of items (waiting at most max_wait after the first),
@@ -392,12 +364,11 @@ class Pipeline:
         self.summary.rows += rows
 
     def _record_failure(self, failure: Failure) -> None:
-        self.failures.add(failure)
+        self.output.failed(failure)
         if failure.stage == "skip":
             self.summary.skipped += 1
         else:
             self.summary.failed += 1
-            self.ledger.mark_failed(failure.path, failure.error)
 
     # --- progress and signals ---------------------------------------------------------------
     def _counts(self) -> Counts:
@@ -442,19 +413,21 @@ class Pipeline:
         self.pool.notify()
 
 
-def _schema(task: Task):
+def output_schema(task: Task):
+    """`path` first, then the task's columns."""
     import pyarrow as pa
 
     return pa.schema([pa.field("path", pa.string())] + list(task.schema()))
 
 
-def _weights_signature(path: str) -> list:
-    """Names and sizes of the weight files: a cheap identity of the weights in the fingerprint."""
-    if not path or not os.path.isdir(path):
-        return []
-    suffixes = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".ckpt")
-    return sorted((name, os.path.getsize(os.path.join(path, name))) for name in os.listdir(path)
-                  if name.endswith(suffixes))
+def output_metadata(task: Task) -> dict[str, str]:
+    return {**task.info(), "gpucli.version": __version__, "gpucli.task": task.name}
+
+
+def output_settings(spec: TaskSpec, metadata: dict[str, str]) -> dict[str, Any]:
+    """Everything that changes the rows: an output's ledger refuses a run with others."""
+    return {"task": spec.name, "model": spec.model, "options": dict(spec.options), "dtype": spec.dtype,
+            "info": {k: v for k, v in metadata.items() if k != "gpucli.version"}}
 
 
 def _check_roots(paths: tuple[str, ...]) -> None:

@@ -81,6 +81,10 @@ class Ledger:
                              "choose a new --out, or pass --full to rebuild it with the new settings")
         return full or row is None or row[0] != value
 
+    def is_new(self) -> bool:
+        with self._lock:
+            return self._db.execute("select 1 from meta where key='fingerprint'").fetchone() is None
+
     def reset(self, value: str) -> None:
         with self._lock, self._db:
             self._db.execute("begin")

@@ -79,6 +79,11 @@ class Writer:
     def backlog(self) -> int:
         return len(self._rows)
 
+    @property
+    def task(self) -> asyncio.Task | None:
+        """The writer's loop: done early only when the sink failed."""
+        return self._task
+
     async def close(self) -> None:
         """Write what is buffered and stop; raises what the sink raised."""
         self._closed = True

@@ -62,7 +62,7 @@ class ParquetSink(Sink):
 
         tmp = self.dir / f".{name}.inprogress"
         with open(tmp, "wb") as f:
-            pq.write_table(table, f, use_dictionary=["path"], write_statistics=["path"])
+            pq.write_table(table, f, use_dictionary=["path"], write_statistics=["path"], row_group_size=8192)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.dir / name)

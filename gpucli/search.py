@@ -1,0 +1,253 @@
+"""`gpucli search`: the chunks of an embed output nearest to a query, by cosine similarity.
+
+The query is embedded in-process by the same code the workers run (`EmbedTask.prepare` +
+`predict`), with the model the output names: Parquet file metadata `gpucli.model`, or the
+Qdrant collection's metadata (falling back to the `model` payload of its points).
+A Parquet dataset is scanned in record batches with a running top-k (memory bounded by
+one batch, whatever the dataset's size); a Qdrant collection is asked with `query_points`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from gpucli.errors import InputError, UsageError
+from gpucli.sinks.qdrant import Connection, is_qdrant, parse_target, vector_params
+
+BATCH_ROWS = 16_384
+SNIPPET_CHARS = 100
+
+
+@dataclass
+class Hit:
+    score: float
+    path: str
+    chunk: int
+    text: str = ""
+    char_start: int | None = None
+    char_end: int | None = None
+
+    def to_dict(self, rank: int) -> dict[str, Any]:
+        return {"rank": rank, **asdict(self), "score": round(self.score, 6)}
+
+
+@dataclass
+class SearchResult:
+    source: str
+    model: str
+    hits: list[Hit]
+    rows_scanned: int | None  # None for Qdrant (the server searches)
+    embed_s: float
+    search_s: float
+
+
+def search(where: str, query: str, k: int = 10) -> SearchResult:
+    """Open the output, embed the query with its model, and return the k nearest chunks."""
+    if k < 1:
+        raise UsageError("-k must be at least 1")
+    if not query.strip():
+        raise UsageError("the query is empty; give some words to look for")
+    index = open_index(where)
+    try:
+        t0 = time.perf_counter()
+        vector = embed_query(index.model, query)
+        if vector.shape[0] != index.dims:
+            raise UsageError(f"--in {index.display}: model {index.model!r} now makes {vector.shape[0]}-d vectors, "
+                             f"but the output holds {index.dims}-d ones")
+        t1 = time.perf_counter()
+        hits = index.nearest(vector, k)
+        t2 = time.perf_counter()
+    finally:
+        index.close()
+    return SearchResult(index.display, index.model, hits, index.rows_scanned, t1 - t0, t2 - t1)
+
+
+def open_index(where: str) -> ParquetIndex | QdrantIndex:
+    if is_qdrant(where):
+        return QdrantIndex(where)
+    return ParquetIndex(where)
+
+
+# --- the query --------------------------------------------------------------------------------
+def embed_query(model: str, query: str) -> Any:
+    """One unit vector for the query (see `embed_queries`)."""
+    return embed_queries(model, [query])[0]
+
+
+def embed_queries(model: str, queries: list[str]) -> list[Any]:
+    """Unit vectors from the code the workers run, the model loaded once. A query longer than
+    the model's window is cut into chunks as a document would be, and their vectors averaged."""
+    import numpy as np
+
+    from gpucli.records import Source
+    from gpucli.tasks import TaskSpec
+    from gpucli.tasks.embed import EmbedTask
+
+    task = EmbedTask(TaskSpec("embed", model))
+    task.open()
+    task.setup("cpu")
+    vectors = []
+    for query in queries:
+        try:
+            items = task.prepare(Source(0, "<query>", "<query>"), query.encode("utf-8"))
+        except InputError as exc:
+            raise UsageError(f"the query cannot be embedded: {exc}") from None
+        outputs = task.predict([item.payload for item in items])
+        vector = np.asarray([o["embedding"] for o in outputs], dtype=np.float32).mean(axis=0)
+        vectors.append(vector / max(float(np.linalg.norm(vector)), 1e-12))
+    return vectors
+
+
+# --- Parquet: streamed brute force ------------------------------------------------------------
+class ParquetIndex:
+    def __init__(self, where: str) -> None:
+        import pyarrow.dataset as ds
+
+        self.display = where
+        self.rows_scanned = 0
+        path = Path(where)
+        if not path.exists():
+            raise UsageError(f"--in {where}: no such file or directory (give an embed output: DIR.parquet, "
+                             "qdrant://HOST:PORT/COLLECTION or qdrant:PATH/COLLECTION)")
+        try:
+            self.dataset = ds.dataset(str(path), format="parquet")
+            schema = self.dataset.schema
+        except Exception as exc:  # noqa: BLE001 - any unreadable input is the same usage error
+            raise UsageError(f"--in {where}: not a Parquet output ({type(exc).__name__}: {exc})") from None
+        meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
+        self.model = meta.get("gpucli.model", "")
+        self.columns = [c for c in ("path", "chunk", "text", "char_start", "char_end") if c in schema.names]
+        if not self.model or "embedding" not in schema.names or "path" not in schema.names:
+            raise UsageError(f"--in {where}: not a gpucli embed output (no gpucli.model metadata or no "
+                             "embedding column); make one with `gpucli embed DIR --out OUT.parquet`")
+        self.dims = schema.field("embedding").type.list_size
+
+    def nearest(self, vector: Any, k: int) -> list[Hit]:
+        best = TopK(k)
+        for batch in self.dataset.to_batches(columns=self.columns + ["embedding"], batch_size=BATCH_ROWS,
+                                             batch_readahead=2, fragment_readahead=1):
+            self.rows_scanned += batch.num_rows
+            best.offer(cosine(batch.column("embedding"), vector, self.dims), batch)
+        return best.hits()
+
+    def close(self) -> None:
+        pass
+
+
+def cosine(column: Any, vector: Any, dims: int) -> Any:
+    """Cosine of every row's vector with the (unit) query vector; zero vectors score 0."""
+    import numpy as np
+
+    matrix = np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dims)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))  # no n x d temporary, unlike linalg.norm
+    return (matrix @ vector) / np.maximum(norms, 1e-12)
+
+
+class TopK:
+    """The k best rows seen so far; each batch contributes its own best k (argpartition)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.best: list[Hit] = []
+
+    def offer(self, scores: Any, batch: Any) -> None:
+        import numpy as np
+
+        if len(scores) > self.k:
+            picked = np.argpartition(-scores, self.k - 1)[: self.k]
+        else:
+            picked = np.arange(len(scores))
+        floor = self.best[-1].score if len(self.best) >= self.k else -np.inf
+        picked = [int(i) for i in picked if scores[i] > floor]
+        if not picked:
+            return
+        rows = batch.select([c for c in batch.schema.names if c != "embedding"]).take(picked).to_pylist()
+        for i, row in zip(picked, rows):
+            self.best.append(Hit(float(scores[i]), row["path"], int(row.get("chunk") or 0), row.get("text") or "",
+                                 row.get("char_start"), row.get("char_end")))
+        self.best.sort(key=lambda h: (-h.score, h.path, h.chunk))
+        del self.best[self.k:]
+
+    def hits(self) -> list[Hit]:
+        return list(self.best)
+
+
+# --- Qdrant -----------------------------------------------------------------------------------
+class QdrantIndex:
+    def __init__(self, where: str) -> None:
+        self.target = parse_target(where)
+        self.display = self.target.display
+        self.rows_scanned = None
+        self.conn = Connection(self.target)
+        try:
+            self._describe()
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _describe(self) -> None:
+        client, name = self.conn.client, self.target.collection
+        if not self.conn.call("checking the collection", lambda: client.collection_exists(name)):
+            raise UsageError(f"--in {self.display}: no such collection")
+        info = self.conn.call("reading the collection", lambda: client.get_collection(name))
+        self.dims, _ = vector_params(info, self.display)
+        self.model = (getattr(info.config, "metadata", None) or {}).get("gpucli.model", "")
+        if not self.model:  # a collection made by hand or by an older server: ask a point
+            points, _ = self.conn.call("reading a point", lambda: client.scroll(name, limit=1, with_payload=["model"]))
+            self.model = (points[0].payload or {}).get("model", "") if points else ""
+        if not self.model:
+            raise UsageError(f"--in {self.display}: not a gpucli embed output (no model in its metadata or "
+                             "payloads)" + ("; the collection is empty" if info.points_count == 0 else ""))
+
+    def nearest(self, vector: Any, k: int) -> list[Hit]:
+        client, name = self.conn.client, self.target.collection
+        response = self.conn.call("searching", lambda: client.query_points(name, query=vector.tolist(), limit=k,
+                                                                            with_payload=True))
+        hits = []
+        for point in response.points:
+            p = point.payload or {}
+            hits.append(Hit(float(point.score), str(p.get("path", "")), int(p.get("chunk") or 0),
+                            str(p.get("text") or ""), p.get("char_start"), p.get("char_end")))
+        return hits
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+# --- printing ---------------------------------------------------------------------------------
+def render(result: SearchResult, as_json: bool) -> None:
+    """Hits on stdout (a table on a terminal, tab-separated lines otherwise, JSON lines with
+    --json); one line about the search on stderr."""
+    if as_json:
+        for rank, hit in enumerate(result.hits, 1):
+            print(json.dumps(hit.to_dict(rank), ensure_ascii=False))
+    elif sys.stdout.isatty():
+        _table(result)
+    else:
+        for hit in result.hits:
+            print(f"{hit.score:.4f}\t{hit.path}\t{hit.chunk}\t{snippet(hit.text)}")
+    scanned = f"{result.rows_scanned} rows scanned, " if result.rows_scanned is not None else ""
+    print(f"gpucli search: {len(result.hits)} hits from {result.source} (model {result.model}; {scanned}"
+          f"query embedded in {result.embed_s:.2f}s, searched in {result.search_s:.3f}s)", file=sys.stderr)
+
+
+def _table(result: SearchResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for name, justify in (("score", "right"), ("path", "left"), ("chunk", "right"), ("snippet", "left")):
+        table.add_column(name, justify=justify, overflow="fold" if name != "snippet" else "ellipsis")
+    for hit in result.hits:
+        table.add_row(f"{hit.score:.4f}", hit.path, str(hit.chunk), snippet(hit.text))
+    Console().print(table)
+
+
+def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"

