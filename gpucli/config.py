@@ -47,8 +47,8 @@ class RunConfig:
     dtype: str = "auto"
     engine: str = "local"
     ray_address: str = ""
-    queue_items: int = 2048
-    read_chunk_files: int = 64
+    queue_items: int = 0  # 0 = the task's default (bounded by memory per item)
+    read_chunk_files: int = 0  # 0 = the task's default
     read_chunks_in_flight: int = 8
     part_rows: int = 50_000
     flush_s: float = 30.0
@@ -67,7 +67,7 @@ class RunConfig:
         _check(self.max_batch_cost >= -1, "--max-batch-cost must be 0 (no cap) or positive")
         _check(self.max_wait_ms >= 0, "--max-wait-ms must be 0 or positive")
         _check(self.max_file_mb > 0, "--max-file-mb must be positive")
-        _check(self.queue_items >= 1 and self.read_chunk_files >= 1 and self.read_chunks_in_flight >= 1,
+        _check(self.queue_items >= 0 and self.read_chunk_files >= 0 and self.read_chunks_in_flight >= 1,
                "queue and read sizes must be positive")
         _check(self.part_rows >= 1, "part_rows must be positive")
         _check(self.batch_timeout_s > 0, "--batch-timeout-s must be positive")

@@ -113,7 +113,7 @@ class Pipeline:
         schema, metadata = output_schema(self.task), output_metadata(self.task)
         await asyncio.to_thread(self.output.open, schema, metadata, output_settings(self.spec, metadata))
         self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
-        self.queue: asyncio.Queue = asyncio.Queue(maxsize=self.config.queue_items)
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=self.config.queue_items or self.task_cls.queue_items)
         self.pool = WorkerPool(self.task, self.spec, devices,
                                PoolEvents(self._on_outputs, self._on_item_failed, self.progress.log, self._on_oom),
                                batch_timeout_s=self.config.batch_timeout_s, max_restarts=self.config.max_restarts)
@@ -197,7 +197,8 @@ class Pipeline:
         flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
         max_bytes = int(self.config.max_file_mb * 2**20)
         found = walk(list(self.config.paths), flt)
-        async for result in read_all(found, self.task.prepare, max_bytes, self.config.read_chunk_files,
+        chunk_files = self.config.read_chunk_files or self.task_cls.read_chunk_files
+        async for result in read_all(found, self.task.prepare, max_bytes, chunk_files,
                                      self.config.read_chunks_in_flight, self.output.lookup()):
             self.counts.found += 1
             if self.config.prune:

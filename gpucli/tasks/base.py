@@ -70,6 +70,9 @@ class Task:
     cost_name: ClassVar[str] = "items"
     default_batch_size: ClassVar[int] = 32
     default_max_cost: ClassVar[int] = 0  # 0 = no cost cap
+    queue_items: ClassVar[int] = 2048  # items waiting for a batch; lower it for big items (audio, images)
+    read_chunk_files: ClassVar[int] = 64  # files per reader thread call (8 calls in flight): decoded
+    # inputs wait in memory, so tasks with big decoded inputs read fewer at a time
 
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec

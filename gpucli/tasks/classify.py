@@ -281,6 +281,8 @@ class ClassifyTask(Task):
     cost_name: ClassVar[str] = "pixels"
     default_batch_size: ClassVar[int] = 32
     default_max_cost: ClassVar[int] = 32 * 224 * 224  # 32 images at 224x224; fewer at larger inputs
+    queue_items: ClassVar[int] = 256  # ~150 KB each at 224x224
+    read_chunk_files: ClassVar[int] = 16
 
     def __init__(self, spec: Any) -> None:
         super().__init__(spec)

