@@ -56,8 +56,10 @@ def encode(im, fmt: str, **kwargs) -> bytes:
     return buf.getvalue()
 
 
-def shm_names() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("gpucli_")} if os.path.isdir("/dev/shm") else set()
+def shm_names(pid: int | None = None) -> set[str]:
+    """Segments made by process `pid` (default: this one): other runs on the machine don't count."""
+    prefix = f"gpucli_{pid or os.getpid()}_"
+    return {name for name in os.listdir("/dev/shm") if name.startswith(prefix)} if os.path.isdir("/dev/shm") else set()
 
 
 @pytest.fixture(scope="module")
@@ -673,16 +675,16 @@ def image_tree(root: Path, copies: int = 1) -> tuple[set[str], set[str]]:
 @pytest.mark.model
 def test_cli_end_to_end(tmp_path):
     good, bad = image_tree(tmp_path / "in")
-    before = shm_names()
     out = tmp_path / "labels.parquet"
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "gpucli", "classify", str(tmp_path / "in"), "--out", str(out), "--json", "--quiet",
          "--devices", "cpu", "--batch-size", "4"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
-    assert proc.returncode == 1, proc.stderr  # some inputs failed
-    summary = json.loads(proc.stdout)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stderr  # some inputs failed
+    summary = json.loads(stdout)
     assert summary["inputs"] == len(good) + len(bad)
     assert summary["succeeded"] == len(good) and summary["failed"] == len(bad)
     failures = [json.loads(line) for line in Path(summary["failures_file"]).read_text().splitlines()]
@@ -698,7 +700,7 @@ def test_cli_end_to_end(tmp_path):
     assert rows["photos/coffee.png"]["label"] == "espresso"
     assert table.schema.field("scores").type.value_type == "float"
     assert (table.schema.metadata or {}).get(b"gpucli.model") == LITE0.encode()
-    assert shm_names() == before
+    assert shm_names(proc.pid) == set(), "a shared-memory segment outlived the run"
 
 
 @pytest.mark.model

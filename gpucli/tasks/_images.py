@@ -268,7 +268,7 @@ class ShmPool:
 def _create_block(nbytes: int) -> shared_memory.SharedMemory:
     while True:
         try:
-            return shared_memory.SharedMemory(name=f"gpucli_{secrets.token_hex(6)}", create=True, size=nbytes)
+            return shared_memory.SharedMemory(name=f"gpucli_{os.getpid()}_{secrets.token_hex(6)}", create=True, size=nbytes)
         except FileExistsError:
             continue
 
