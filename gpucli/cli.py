@@ -56,7 +56,9 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("quiet", bool, ("--quiet", "-q"), "No progress and no summary on stderr."),
     ("json", bool, ("--json",), "Print the run summary as one JSON object on stdout at the end."),
     ("prune", bool, ("--prune",), "Remove the rows of inputs that no longer exist (incremental runs)."),
-    ("engine", str, ("--engine",), "local | ray (default: local)."),
+    ("engine", str, ("--engine",), "local | ray (default: local). ray needs: pip install 'gpucli[ray]'."),
+    ("ray_address", str, ("--ray-address",), "Ray cluster address for --engine ray (default: RAY_ADDRESS, else "
+                                             "a private local Ray)."),
 ]
 
 
@@ -140,14 +142,9 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
         from gpucli.config import build_config
 
         config = build_config(task_cls.name, task_cls.Options, cli, config_file)
-        if config.engine == "ray":
-            from gpucli.engines import run_engine
+        from gpucli.engines import run_engine
 
-            summary = run_engine(config)
-        else:
-            from gpucli.pipeline import run
-
-            summary = run(config)
+        summary = run_engine(config)
     except GpucliError as exc:
         if os.environ.get("GPUCLI_DEBUG"):
             raise

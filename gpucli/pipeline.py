@@ -104,7 +104,7 @@ class Pipeline:
     # --- the run ----------------------------------------------------------------------------
     async def run(self) -> RunSummary:
         started = time.monotonic()
-        _check_roots(self.config.paths)
+        check_roots(self.config.paths)
         self.task = self.task_cls(self.spec)
         await asyncio.to_thread(self.task.open)
         _quiet_parent_torch()
@@ -437,7 +437,7 @@ def output_settings(spec: TaskSpec, metadata: dict[str, str]) -> dict[str, Any]:
             "info": {k: v for k, v in metadata.items() if k != "gpucli.version"}}
 
 
-def _check_roots(paths: tuple[str, ...]) -> None:
+def check_roots(paths: tuple[str, ...]) -> None:
     missing = [p for p in paths if not os.path.lexists(p)]
     if missing:
         raise UsageError(f"no such file or directory: {', '.join(missing)}")

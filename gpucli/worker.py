@@ -25,13 +25,13 @@ def worker_main(conn: Any, spec: TaskSpec, device: str, threads: int) -> None:
     """Entry point of a spawned worker. Never raises: every problem becomes a message."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _limit_threads(threads)
+    limit_threads(threads)
     try:
         task = create_task(spec)
         task.setup(device)
-        _limit_torch_threads(threads)
+        limit_torch_threads(threads)
     except BaseException as exc:  # noqa: BLE001 - the parent shows the worker's own error
-        _send(conn, ("setup_error", _describe(exc)))
+        _send(conn, ("setup_error", describe_error(exc)))
         return
     _send(conn, ("ready", {"pid": os.getpid(), "device": device}))
     run_loop(conn, task)
@@ -60,7 +60,7 @@ def predict_one(task: Any, batch_id: int, payloads: list[Any]) -> tuple:
         outputs = task.predict(payloads)
     except BaseException as exc:  # noqa: BLE001
         _free_memory()
-        return ("error", batch_id, "oom" if _is_oom(exc) else "error", _describe(exc))
+        return ("error", batch_id, "oom" if _is_oom(exc) else "error", describe_error(exc))
     if len(outputs) != len(payloads):
         message = (f"task {task.name!r} returned {len(outputs)} outputs for {len(payloads)} inputs; "
                    "predict must return one output per input. This is a bug in the task.")
@@ -81,7 +81,7 @@ def _receive(conn: Any, task: Any, inbox: queue.Queue) -> None:
         try:
             inbox.put((batch_id, task.unpack(packed), None))
         except Exception as exc:  # noqa: BLE001
-            inbox.put((batch_id, None, _describe(exc)))
+            inbox.put((batch_id, None, describe_error(exc)))
 
 
 def _send(conn: Any, message: tuple) -> bool:
@@ -92,7 +92,7 @@ def _send(conn: Any, message: tuple) -> bool:
         return False
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = f" (at {os.path.basename(last[0].filename)}:{last[0].lineno})" if last else ""
     return f"{type(exc).__name__}: {exc}{where}"
@@ -112,7 +112,7 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _limit_threads(threads: int) -> None:
+def limit_threads(threads: int) -> None:
     """Each worker gets its share of the cores, so workers do not oversubscribe the CPU.
     Set before the task imports its libraries, which read these at import."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -120,7 +120,7 @@ def _limit_threads(threads: int) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
-def _limit_torch_threads(threads: int) -> None:
+def limit_torch_threads(threads: int) -> None:
     import sys
 
     torch = sys.modules.get("torch")

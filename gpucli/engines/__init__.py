@@ -1,0 +1,54 @@
+"""Engine registry: `--engine NAME` -> the module that runs a whole job and returns its summary.
+
+`local` is the pipeline (spawned workers on this machine); `ray` runs the same tasks and
+sinks on Ray Data. An engine that needs an optional extra names the modules it imports, so a
+missing extra is a usage error with the pip command to run, not a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpucli.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpucli.config import RunConfig
+    from gpucli.pipeline import RunSummary
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    entry: str  # "module:function", called with the RunConfig
+    needs: tuple[str, ...] = ()  # modules the engine imports
+    extra: str = ""  # the pip extra that provides them
+
+
+ENGINES = {
+    "local": Engine("local", "gpucli.pipeline:run"),
+    "ray": Engine("ray", "gpucli.engines.ray:run", needs=("ray", "ray.data"), extra="ray"),
+}
+
+
+def run_engine(config: RunConfig) -> RunSummary:
+    """Run the job on `config.engine` and return its summary."""
+    engine = ENGINES.get(config.engine)
+    if engine is None:
+        raise UsageError(f"--engine {config.engine!r}: choose one of {', '.join(ENGINES)}")
+    _check_installed(engine)
+    module_name, _, function = engine.entry.partition(":")
+    return getattr(importlib.import_module(module_name), function)(config)
+
+
+def _check_installed(engine: Engine) -> None:
+    for module in engine.needs:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            hint = f"pip install 'gpucli[{engine.extra}]'"
+            if (exc.name or module).split(".")[0] != module.split(".")[0]:  # installed, but a dependency is not
+                raise UsageError(f"--engine {engine.name}: {module} cannot be imported ({exc}); "
+                                 f"reinstall the {engine.extra} extra: {hint}") from None
+            raise UsageError(f"--engine {engine.name} needs the {engine.extra} extra: {hint}") from None

@@ -1,0 +1,142 @@
+"""`--engine ray`: the same rows, failure records, ledger and exit codes as the local engine.
+
+The Ray tests share one local Ray session (starting one costs 10-20 s on a small box) and
+skip when the `ray` extra is not installed; the missing-extra test runs either way.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from gpucli.cli import app
+from gpucli.config import RunConfig
+from gpucli.errors import UsageError, WorkerSetupError
+from tests.conftest import SAMPLE
+from tests.fake_task import FAKE
+
+SUMMARY_KEYS = ("inputs", "succeeded", "failed", "skipped", "unchanged", "rows", "exit_code", "unfinished")
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    from gpucli.engines.ray import start_local
+
+    temp_dir = tempfile.mkdtemp(prefix="gpucli-ray-test-")  # short: Ray's socket paths must fit 107 bytes
+    start_local(temp_dir, num_cpus=2, object_store_bytes=128 * 2**20)
+    yield ray
+    ray.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def run_with(engine: str, task: str, paths, out: Path, options: dict | None = None, **kw):
+    from gpucli.engines import run_engine
+
+    config = RunConfig(task=task, paths=tuple(str(p) for p in paths), out=str(out), progress="off", devices="cpu",
+                       engine=engine, task_options=options or {}, **kw)
+    return run_engine(config)
+
+
+def rows_by_key(out: Path) -> dict[tuple[str, int], dict]:
+    return {(r["path"], r["chunk"]): r for r in ds.dataset(str(out), format="parquet").to_table().to_pylist()}
+
+
+def failures(summary) -> list[dict]:
+    lines = Path(summary.failures_file).read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda f: f["path"])
+
+
+def test_missing_extra_exits_2_with_the_pip_command(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets without the extra
+    monkeypatch.setitem(sys.modules, "ray.data", None)
+    result = CliRunner().invoke(app, ["embed", str(SAMPLE / "docs"), "--engine", "ray",
+                                      "--out", str(tmp_path / "out.parquet")])
+    assert result.exit_code == 2, result.output
+    assert "--engine ray needs the ray extra: pip install 'gpucli[ray]'" in result.stderr
+    assert result.stdout == ""
+
+
+def test_plan_gpus_per_actor_and_fractional_cpus():
+    from gpucli.engines.ray import plan_for
+
+    gpu = plan_for("auto", 2, cpus=32, gpus=4)
+    assert (gpu.actors, gpu.num_gpus, gpu.num_cpus, gpu.device) == (8, 0.5, 1.0, "cuda:0")
+    cpu = plan_for("auto", 2, cpus=2, gpus=0)  # 2 x 1 CPU would starve the reader on 2 cores
+    assert (cpu.actors, cpu.num_gpus, cpu.device) == (2, 0.0, "cpu")
+    assert cpu.actors * cpu.num_cpus + 0.5 <= 2 and cpu.threads == 1
+    assert plan_for("cpu", 1, cpus=64, gpus=8).num_gpus == 0
+    with pytest.raises(UsageError, match="no GPUs"):
+        plan_for("cuda", 1, cpus=8, gpus=0)
+    with pytest.raises(UsageError, match="CUDA_VISIBLE_DEVICES"):
+        plan_for("cuda:0,1", 1, cpus=8, gpus=2)
+
+
+@pytest.mark.model
+def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session, tmp_path):
+    root = tmp_path / "docs"
+    shutil.copytree(SAMPLE / "docs", root)
+    (root / "bad").mkdir()
+    (root / "bad" / "binary.txt").write_bytes(bytes(range(256)) * 8)
+    (root / "bad" / "empty.txt").write_bytes(b"")
+    local = run_with("local", "embed", [root], tmp_path / "local.parquet")
+    remote = run_with("ray", "embed", [root], tmp_path / "ray.parquet")
+
+    assert {k: getattr(remote, k) for k in SUMMARY_KEYS} == {k: getattr(local, k) for k in SUMMARY_KEYS}
+    assert remote.exit_code == 1 and remote.failed == 2 and remote.succeeded > 30
+    assert failures(remote) == failures(local)
+    assert [(f["path"], f["stage"]) for f in failures(remote)] == [("bad/binary.txt", "decode"),
+                                                                   ("bad/empty.txt", "read")]
+    want, got = rows_by_key(tmp_path / "local.parquet"), rows_by_key(tmp_path / "ray.parquet")
+    assert got.keys() == want.keys() and len(got) == remote.rows
+    for key, row in got.items():
+        assert {k: v for k, v in row.items() if k != "embedding"} == {k: v for k, v in want[key].items()
+                                                                       if k != "embedding"}
+        assert max(abs(a - b) for a, b in zip(row["embedding"], want[key]["embedding"], strict=True)) < 1e-5
+    schema = pq.read_schema(next((tmp_path / "ray.parquet").glob("part-*.parquet")))
+    assert str(schema.field("embedding").type) == "fixed_size_list<element: float>[384]"
+    assert schema.metadata[b"gpucli.model"] == b"minilm" and schema.metadata[b"gpucli.dims"] == b"384"
+
+
+def test_predict_errors_stay_per_item_and_every_input_is_accounted_for(ray_session, tree, tmp_path):
+    files = {f"d{i % 3}/f{i:02d}.txt": f"alpha {i}\nbeta gamma {i}\n" for i in range(24)}
+    files.update({"boom.txt": "fine line\nthis one goes BOOM\n", "latin.txt": b"caf\xe9\n", "empty.txt": ""})
+    root = tree(files)
+    summary = run_with("ray", FAKE, [root], tmp_path / "out.parquet", batch_size=4)
+    assert (summary.inputs, summary.succeeded, summary.failed, summary.exit_code) == (27, 24, 3, 1)
+    assert summary.rows == 48
+    got = {(f["path"], f["stage"]) for f in failures(summary)}
+    assert got == {("boom.txt", "infer"), ("latin.txt", "decode"), ("empty.txt", "read")}
+    assert "BOOM in batch" in next(f["error"] for f in failures(summary) if f["path"] == "boom.txt")
+    rows = rows_by_key(tmp_path / "out.parquet")
+    assert rows[("d1/f04.txt", 1)]["text"] == "beta gamma 4" and rows[("d1/f04.txt", 1)]["words"] == 3
+    assert not any(path == "boom.txt" for path, _ in rows)
+
+    # one ledger for both engines: a local rerun into this output redoes only the failures
+    again = run_with("local", FAKE, [root], tmp_path / "out.parquet", batch_size=4)
+    assert (again.unchanged, again.succeeded, again.failed, again.rows) == (24, 0, 3, 0)
+    assert rows_by_key(tmp_path / "out.parquet") == rows
+
+
+def test_setup_failure_stops_the_run_with_the_actors_message(ray_session, tree, tmp_path):
+    root = tree({"a.txt": "one\n", "b.txt": "two\n"})
+    with pytest.raises(WorkerSetupError, match="no weights here"):
+        run_with("ray", FAKE, [root], tmp_path / "out.parquet", {"fail_setup": "no weights here"})
+
+
+@pytest.mark.slow
+def test_a_file_that_kills_its_actor_costs_only_itself(ray_session, tree, tmp_path):
+    root = tree({**{f"f{i}.txt": f"fine {i}\n" for i in range(6)}, "crash.txt": "this one CRASHes the worker\n"})
+    summary = run_with("ray", FAKE, [root], tmp_path / "out.parquet")
+    assert (summary.inputs, summary.succeeded, summary.failed, summary.exit_code) == (7, 6, 1, 1)
+    [failure] = failures(summary)
+    assert failure["path"] == "crash.txt" and failure["stage"] == "infer" and "died" in failure["error"]
