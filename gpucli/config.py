@@ -50,7 +50,7 @@ class RunConfig:
     queue_items: int = 0  # 0 = the task's default (bounded by memory per item)
     read_chunk_files: int = 0  # 0 = the task's default
     read_chunks_in_flight: int = 8
-    part_rows: int = 50_000
+    part_rows: int = 10_000  # rows per part; also the writer's buffer, so it bounds memory
     flush_s: float = 30.0
     batch_timeout_s: float = 600.0
     max_restarts: int = 16

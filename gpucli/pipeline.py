@@ -242,7 +242,7 @@ class Pipeline:
             if self.pool.retry:
                 await self.pool.send(worker, self.pool.retry.popleft())
                 continue
-            if self.writer.backlog > 2 * self.config.part_rows:
+            if self.writer.backlog > 4 * self.config.part_rows:
                 await self._wait_for_writer()
                 continue
             batch = await self._next_batch(pending)
