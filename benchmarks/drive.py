@@ -1,0 +1,178 @@
+"""Run one gpucli job in this process through `gpucli.pipeline` and print its timings as
+one JSON line on stdout. The benchmarks start it as a subprocess, so every job gets a
+fresh interpreter and its own process tree (for RSS sampling).
+
+    python benchmarks/drive.py '{"task": "embed", "paths": ["DIR"], "out": "x.parquet"}' [--slow-sink-ms MS]
+
+Experiment knobs (environment): BENCH_TRACEMALLOC=N prints the N largest live allocation
+sites when the pool stops; BENCH_WORKER_THREADS=N overrides the threads each worker gets;
+BENCH_TIME_WRITES=1 splits each writer flush into table building, sink.write and commit;
+BENCH_WARM_ARROW=1 makes pyarrow's first pa.array() call (which imports pandas) before the run.
+
+The only hooks are benchmark-side: a WorkerPool subclass that notes when every worker
+has loaded its model (to tell start-up from steady state), and, for the overlap
+benchmark, `gpucli.sinks.open_sink` replaced (wherever gpucli imported it by name) by one
+returning the SlowSink.
+"""
+
+from __future__ import annotations
+
+import time
+
+T_PROCESS = time.monotonic()  # before any import: the driver's own start-up counts
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # benchmarks.sim and tests.fake_task, here and in spawned workers
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+
+import gpucli.pipeline as pipeline  # noqa: E402
+from gpucli.config import RunConfig  # noqa: E402
+from gpucli.pool import WorkerPool  # noqa: E402
+
+MARKS: dict[str, float] = {}
+if os.environ.get("BENCH_TRACEMALLOC"):
+    import tracemalloc
+
+    tracemalloc.start()
+
+
+CPU: dict[str, float] = {}
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes (all their threads); 0 for one gone."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+class TimedPool(WorkerPool):
+    """Notes when every worker is ready and when the pool is asked to stop, with the CPU
+    seconds spent by this process and by the workers at those moments."""
+
+    async def start(self) -> None:
+        MARKS["pool_start"] = time.monotonic()
+        await super().start()
+        MARKS["ready"] = time.monotonic()
+        CPU["parent_ready"] = cpu_seconds([os.getpid()])
+        CPU["workers_ready"] = cpu_seconds([w.pid for w in self.workers])
+
+    async def stop(self, deadline_s: float = 10.0) -> None:
+        MARKS["stop"] = time.monotonic()
+        CPU["workers_stop"] = cpu_seconds([w.pid for w in self.workers])
+        if os.environ.get("BENCH_TRACEMALLOC"):
+            report_allocations(int(os.environ["BENCH_TRACEMALLOC"]))
+        await super().stop(deadline_s)
+        MARKS["stopped"] = time.monotonic()
+
+
+def report_allocations(top: int) -> None:
+    """With BENCH_TRACEMALLOC=N (tracemalloc started at import): the N largest live
+    allocation sites when the pool is asked to stop, on stderr (a diagnosis aid)."""
+    import tracemalloc
+
+    snapshot = tracemalloc.take_snapshot()
+    current, peak = tracemalloc.get_traced_memory()
+    print(f"tracemalloc: {current / 2**20:.1f} MiB live, {peak / 2**20:.1f} MiB peak", file=sys.stderr)
+    for stat in snapshot.statistics("lineno")[:top]:
+        print(f"  {stat.size / 2**20:8.1f} MiB {stat.count:9d} blocks  {stat.traceback}", file=sys.stderr)
+
+
+WRITES: list[dict] = []
+
+
+def timed_writer_class():
+    """gpucli's Writer with each flush split into its parts (wall seconds in the writer
+    thread): rows -> Arrow table, sink.write, commit (the ledger), and the wait between the
+    flush being scheduled and its thread starting."""
+    import gpucli.writer as writer_module
+
+    class TimedWriter(writer_module.Writer):
+        def _write(self, rows, sources, counts):
+            entry = {"rows": len(rows), "files": len(sources), "start": time.monotonic()}
+            t0 = time.perf_counter()
+            table = writer_module.rows_to_table(rows, self.schema)
+            t1 = time.perf_counter()
+            location = self.sink.write(table)
+            t2 = time.perf_counter()
+            if self.commit is not None:
+                self.commit(sources, counts, location)
+            t3 = time.perf_counter()
+            entry.update(table_s=t1 - t0, sink_s=t2 - t1, commit_s=t3 - t2)
+            WRITES.append(entry)
+
+    return TimedWriter
+
+
+def replace_everywhere(name: str, new) -> None:
+    """Rebind `name` in every loaded gpucli module that imported the original by name
+    (the pipeline or a helper module of it may call it), and in the defining module."""
+    import gpucli.sinks
+
+    original = getattr(gpucli.sinks, name)
+    for module in list(sys.modules.values()):
+        if module is not None and module.__name__.startswith("gpucli") and getattr(module, name, None) is original:
+            setattr(module, name, new)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config", help="RunConfig fields as JSON")
+    parser.add_argument("--slow-sink-ms", type=float, default=0.0)
+    args = parser.parse_args()
+    fields = json.loads(args.config)
+    fields["paths"] = tuple(fields["paths"])
+    fields.setdefault("progress", "off")
+    fields.setdefault("quiet", True)
+    fields.setdefault("devices", "cpu")
+    config = RunConfig(**fields)
+    pipeline.WorkerPool = TimedPool
+    if os.environ.get("BENCH_WARM_ARROW"):  # experiment: pyarrow's first pa.array() imports pandas (seconds)
+        import pyarrow
+
+        pyarrow.array([])
+    if os.environ.get("BENCH_TIME_WRITES"):  # diagnosis: split each flush into table / sink / commit
+        pipeline.Writer = timed_writer_class()
+    if os.environ.get("BENCH_WORKER_THREADS"):  # an experiment knob: torch/OMP threads per worker
+        import gpucli.pool
+
+        gpucli.pool._threads_per_worker = lambda devices: int(os.environ["BENCH_WORKER_THREADS"])
+    sink = None
+    if args.slow_sink_ms:
+        from benchmarks.sim import SlowSink
+
+        SlowSink.sink_ms = args.slow_sink_ms
+
+        def open_slow(target: str) -> SlowSink:
+            nonlocal sink
+            sink = SlowSink(target)
+            return sink
+
+        replace_everywhere("open_sink", open_slow)
+    t_run = time.monotonic()
+    summary = pipeline.run(config)
+    t_end = time.monotonic()
+    CPU["parent_end"] = cpu_seconds([os.getpid()])
+    result = {"summary": summary.to_dict(), "t_process": T_PROCESS, "t_run": t_run, "t_end": t_end, **MARKS,
+              "cpu": CPU, "clock_offset": time.time() - time.monotonic()}
+    if WRITES:
+        result["writes"] = WRITES
+    if sink is not None:
+        result["sink"] = {"writes": sink.writes, "rows": sink.rows, "spans": sink.spans}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
