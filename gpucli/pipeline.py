@@ -73,7 +73,20 @@ def run(config: RunConfig, progress: Progress | None = None) -> RunSummary:
     return asyncio.run(Pipeline(config, progress).run())
 
 
-def _quiet_parent_torch() -> None:
+def task_and_spec(config: RunConfig) -> tuple[type[Task], TaskSpec]:
+    """The task class, and the plain data that rebuilds it in a worker (any engine)."""
+    task_cls = get_task(config.task)
+    return task_cls, TaskSpec(config.task, config.model or task_cls.default_model, dict(config.task_options),
+                              config.dtype)
+
+
+def batch_caps(config: RunConfig, task_cls: type[Task]) -> BatchCaps:
+    """The run's caps: flags where given, else the task's defaults."""
+    max_cost = task_cls.default_max_cost if config.max_batch_cost < 0 else config.max_batch_cost
+    return BatchCaps(config.batch_size or task_cls.default_batch_size, max_cost, config.max_wait_ms / 1000)
+
+
+def quiet_parent_torch() -> None:
     """The parent only routes: torch threads there (imported by a task's `open`, e.g. for a
     Hugging Face image processor) would fight the workers for the cores."""
     if "torch" in sys.modules:
@@ -83,17 +96,13 @@ def _quiet_parent_torch() -> None:
 class Pipeline:
     def __init__(self, config: RunConfig, progress: Progress | None = None) -> None:
         self.config = config
-        self.task_cls: type[Task] = get_task(config.task)
-        self.spec = TaskSpec(config.task, config.model or self.task_cls.default_model, dict(config.task_options),
-                             config.dtype)
+        self.task_cls, self.spec = task_and_spec(config)
         self.summary = RunSummary(task=self.task_cls.name, model=self.spec.model)
         self.progress = progress or make_progress(config.progress, config.quiet, self.task_cls.name,
                                                   self.task_cls.cost_name)
         self.counts = Counts()
         self.tracker = Tracker()
-        self.caps = BatchCaps(config.batch_size or self.task_cls.default_batch_size,
-                              self.task_cls.default_max_cost if config.max_batch_cost < 0 else config.max_batch_cost,
-                              config.max_wait_ms / 1000)
+        self.caps = batch_caps(config, self.task_cls)
         self.stopping: int = 0
         self.input_done = False
         self._seen: set[str] = set()
@@ -107,7 +116,7 @@ class Pipeline:
         check_roots(self.config.paths)
         self.task = self.task_cls(self.spec)
         await asyncio.to_thread(self.task.open)
-        _quiet_parent_torch()
+        quiet_parent_torch()
         self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental)
         devices = resolve_devices(self.config.devices, self.config.workers_per_device)
         schema, metadata = output_schema(self.task), output_metadata(self.task)

@@ -34,12 +34,21 @@ from gpucli.batching import BatchCaps, sort_window, take_batch
 from gpucli.config import RunConfig
 from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, GpucliError, UsageError, WorkerSetupError
 from gpucli.output import Output
-from gpucli.pipeline import RunSummary, check_roots, default_out, output_metadata, output_schema, output_settings
+from gpucli.pipeline import (
+    RunSummary,
+    batch_caps,
+    check_roots,
+    default_out,
+    output_metadata,
+    output_schema,
+    output_settings,
+    task_and_spec,
+)
 from gpucli.progress import Counts, Progress, make_progress
 from gpucli.reader import WalkFilter, read_source, walk
 from gpucli.records import Failure, Item, Source
 from gpucli.state import Known
-from gpucli.tasks import TaskSpec, create_task, get_task
+from gpucli.tasks import TaskSpec, create_task
 from gpucli.tracker import Tracker
 from gpucli.worker import describe_error, limit_threads, limit_torch_threads, predict_one
 from gpucli.writer import rows_to_table
@@ -108,17 +117,13 @@ class RayJob:
 
     def __init__(self, config: RunConfig, progress: Progress | None = None) -> None:
         self.config = config
-        self.task_cls = get_task(config.task)
-        self.spec = TaskSpec(config.task, config.model or self.task_cls.default_model, dict(config.task_options),
-                             config.dtype)
+        self.task_cls, self.spec = task_and_spec(config)
         self.summary = RunSummary(task=self.task_cls.name, model=self.spec.model)
         self.progress = progress or make_progress(config.progress, config.quiet, self.task_cls.name,
                                                   self.task_cls.cost_name)
         self.counts = Counts()
         self.tracker = Tracker()
-        self.caps = BatchCaps(config.batch_size or self.task_cls.default_batch_size,
-                              self.task_cls.default_max_cost if config.max_batch_cost < 0 else config.max_batch_cost,
-                              config.max_wait_ms / 1000)
+        self.caps = batch_caps(config, self.task_cls)
         self.sources: dict[int, Source] = {}
         self.unseen: set[int] = set()  # sources no row came back for yet
         self.open_ids: set[int] = set()  # sources with some rows back, not all
