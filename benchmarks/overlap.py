@@ -80,4 +80,5 @@ def timeline(r: dict, trace) -> dict:
             "last_batch_to_end_s": r["t_end"] - spans[-1][1],
             "last_write_end_to_end_s": r["t_end"] - writes[-1][1] if writes else None,
             "stop_to_end_s": r["t_end"] - r["stop"] if "stop" in r else None,
+            "worker_join_s": r["stopped"] - r["stop"] if "stopped" in r else None,
             "sink_busy_s": sum(e - s for s, e, _ in writes)}
