@@ -38,18 +38,31 @@ def worker_main(conn: Any, spec: TaskSpec, device: str, threads: int) -> None:
 
 
 def run_loop(conn: Any, task: Any) -> None:
-    """Predict until the stop sentinel or until the parent goes away."""
+    """Predict until the stop sentinel or until the parent goes away. Results leave through
+    a sender thread, so pickling and the Pipe never keep the model from the next batch."""
     inbox: queue.Queue = queue.Queue(maxsize=1)
+    outbox: queue.Queue = queue.Queue(maxsize=2)
     threading.Thread(target=_receive, args=(conn, task, inbox), daemon=True).start()
-    while True:
-        message = inbox.get()
-        if message is STOP:
-            return
-        batch_id, payloads, unpack_error = message
-        if unpack_error is not None:
-            _send(conn, ("error", batch_id, "error", unpack_error))
-            continue
-        if not _send(conn, predict_one(task, batch_id, payloads)):
+    sender = threading.Thread(target=_send_all, args=(conn, outbox), daemon=True)
+    sender.start()
+    try:
+        while True:
+            message = inbox.get()
+            if message is STOP or not sender.is_alive():
+                return
+            batch_id, payloads, unpack_error = message
+            if unpack_error is not None:
+                outbox.put(("error", batch_id, "error", unpack_error))
+                continue
+            outbox.put(predict_one(task, batch_id, payloads))
+    finally:
+        outbox.put(STOP)
+        sender.join(30)
+
+
+def _send_all(conn: Any, outbox: queue.Queue) -> None:
+    while (message := outbox.get()) is not STOP:
+        if not _send(conn, message):
             return
 
 
