@@ -29,7 +29,7 @@ import time
 from benchmarks.common import BENCH, Context, Figure, bench_env, drive, median
 from benchmarks.corpus import long_texts, model_tokenizer, short_texts, stdlib_docstrings, write_tree
 
-SIZES = {"short": 1000, "long": 150, "loop": 100}
+SIZES = {"short": 2000, "long": 300, "loop": 200}
 QUICK_SIZES = {"short": 200, "long": 40, "loop": 40}
 BATCH_SIZES = {"short": [16, 32, 64, 128], "long": [8, 16, 32, 64]}
 SWEEP = {"short": 128, "long": 32}
