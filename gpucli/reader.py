@@ -208,7 +208,7 @@ def _read_bytes(source: Source, max_bytes: int) -> bytes:
         if st.st_size == 0:
             raise InputError("read", "empty file (0 bytes)")
         with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(max_bytes + 1)
+            return f.read(min(st.st_size, max_bytes) + 1)  # not a max_bytes buffer per file
     except OSError as exc:
         raise InputError("read", f"cannot read: {exc.strerror}") from None
     finally:
