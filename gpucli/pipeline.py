@@ -80,10 +80,14 @@ def task_and_spec(config: RunConfig) -> tuple[type[Task], TaskSpec]:
                               config.dtype)
 
 
-def batch_caps(config: RunConfig, task_cls: type[Task]) -> BatchCaps:
-    """The run's caps: flags where given, else the task's defaults."""
+def batch_caps(config: RunConfig, task_cls: type[Task], devices: list[str] | None = None) -> BatchCaps:
+    """The run's caps: flags where given, else the task's defaults (its CPU batch size when
+    every worker is on the CPU)."""
     max_cost = task_cls.default_max_cost if config.max_batch_cost < 0 else config.max_batch_cost
-    return BatchCaps(config.batch_size or task_cls.default_batch_size, max_cost, config.max_wait_ms / 1000)
+    size = task_cls.default_batch_size
+    if devices and all(d == "cpu" for d in devices) and task_cls.cpu_batch_size:
+        size = task_cls.cpu_batch_size
+    return BatchCaps(config.batch_size or size, max_cost, config.max_wait_ms / 1000)
 
 
 def quiet_parent_torch() -> None:
@@ -119,6 +123,7 @@ class Pipeline:
         quiet_parent_torch()
         self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental)
         devices = resolve_devices(self.config.devices, self.config.workers_per_device)
+        self.caps = batch_caps(self.config, self.task_cls, devices)
         schema, metadata = output_schema(self.task), output_metadata(self.task)
         await asyncio.to_thread(self.output.open, schema, metadata, output_settings(self.spec, metadata))
         self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
@@ -135,6 +140,7 @@ class Pipeline:
             if await self._any_work():
                 where = ", ".join(sorted(set(devices)))
                 self.counts.phase = f"loading the model in {len(devices)} worker(s) on {where}"
+                self.writer.warm()
                 await self.pool.start()
                 self.counts.phase = ""
                 self.writer.start()

@@ -128,12 +128,14 @@ class Ledger:
             if location is not None:
                 self._db.execute("insert or replace into locations values (?, ?, ?)",
                                  (location, sum(rows_per_source), now))
-            for source, rows in zip(sources, rows_per_source):
-                old = self._db.execute("select location from files where path=?", (source.path,)).fetchone()
-                if old and old[0] and old[0] != location:
-                    self._db.execute("insert or ignore into stale values (?, ?)", (old[0], source.path))
-                self._db.execute("insert or replace into files values (?, ?, ?, ?, 'done', '', ?, ?, ?)",
-                                 (source.path, source.size, source.mtime_ns, source.digest, location, rows, now))
+            # Rows an input had elsewhere become stale; then its new record (two statements
+            # for the whole part: a part holds up to 10k inputs).
+            self._db.executemany("insert or ignore into stale select location, path from files "
+                                 "where path=? and location is not null and location != ?",
+                                 ((source.path, location or "") for source in sources))
+            self._db.executemany("insert or replace into files values (?, ?, ?, ?, 'done', '', ?, ?, ?)",
+                                 ((source.path, source.size, source.mtime_ns, source.digest, location, rows, now)
+                                  for source, rows in zip(sources, rows_per_source)))
 
     def mark_unchanged(self, source: Source) -> None:
         """Same content, new mtime (a touch, a copy): remember the new stat to skip faster next time."""

@@ -62,6 +62,10 @@ class Writer:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucli-writer")  # its own: never
         # queued behind reader threads, and one at a time keeps parts in order
 
+    def warm(self) -> None:
+        """Import what the first write needs, in the writer's thread (call while models load)."""
+        self._thread.submit(_warm_pyarrow)
+
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._loop())
 
@@ -135,3 +139,11 @@ def rows_to_table(rows: list[dict[str, Any]], schema: Any) -> Any:
         else:
             columns.append(pa.array(values, type=field.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _warm_pyarrow() -> None:
+    """pyarrow imports pandas on its first `pa.array` (0.5-5 s): pay that while the models
+    load, not between the first batches, when the device would wait for the writer."""
+    import pyarrow as pa
+
+    pa.array([0])

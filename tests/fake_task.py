@@ -6,8 +6,8 @@ Markers in a line make the worker misbehave, for the failure-path tests:
   CRASH   the worker process dies (os._exit), like a native decoder crash
   BOOM    predict raises for the batch holding this line
   HANG    the worker hangs (for the batch timeout)
-Options make setup fail, raise out-of-memory above a batch size, and log every batch
-(size and cost) to a file the test reads.
+Options make setup fail, raise out-of-memory above a batch size, log every batch (size
+and cost) to a file the test reads, and leave a marker if the worker's teardown runs.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class FakeOptions:
     fail_setup: str = ""
     oom_above: int = 0
     sleep_ms: float = 0.0
+    exit_marker: str = ""  # a file the worker's interpreter teardown (atexit) would write
 
 
 class FakeTask(Task):
@@ -63,6 +64,11 @@ class FakeTask(Task):
         if self.options.fail_setup:
             raise RuntimeError(self.options.fail_setup)
         self.pid = os.getpid()
+        if self.options.exit_marker:
+            import atexit
+            from pathlib import Path
+
+            atexit.register(Path(self.options.exit_marker).write_text, "teardown ran")
 
     def predict(self, payloads: list[str]) -> list[dict[str, Any]]:
         cost = sum(max(1, len(p.split())) for p in payloads)

@@ -112,3 +112,14 @@ def test_spent_restart_budget_fails_the_run_but_keeps_what_was_written(tree, tmp
         run_fake([tree(files)], out, batch_size=1, max_restarts=3, part_rows=1)
     rows = ds.dataset(str(out), format="parquet").to_table().to_pylist()  # readable
     assert all(r["path"].startswith("ok") for r in rows)
+
+
+def test_workers_leave_without_interpreter_teardown(tree, tmp_path):
+    """Unloading torch and a model at exit takes seconds the parent spends in `join`; a
+    worker exits as soon as its last result is sent, so atexit handlers never run."""
+    root = tree({"a.txt": "one two\nthree\n", "b.txt": "four\n"})
+    marker = tmp_path / "teardown.txt"
+    summary = run_fake([root], tmp_path / "out.parquet", {"exit_marker": str(marker)})
+    assert summary.exit_code == 0 and summary.rows == 3
+    assert not marker.exists()
+    assert not [p for p in mp.active_children() if p.name.startswith("gpucli-worker")]

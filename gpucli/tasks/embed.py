@@ -78,6 +78,7 @@ class EmbedTask(Task):
     cost_name = "tokens"
     default_batch_size = 64
     default_max_cost = 64 * 256
+    cpu_batch_size = 32  # sentence-transformers on 2 cores: 32 beats 64 by 10-25% (benchmarks/RESULTS.md)
 
     @classmethod
     def models(cls) -> list[ModelEntry]:
