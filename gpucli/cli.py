@@ -42,9 +42,9 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("model", str, ("--model", "-m"), "Model alias (see `gpucli models`), local directory, or Hugging Face id."),
     ("devices", str, ("--devices", "-d"), "auto (every visible GPU, else CPU) | cpu | cuda | cuda:0,1."),
     ("workers_per_device", int, ("--workers-per-device",), "Worker processes per device (default: 1)."),
-    ("batch_size", int, ("--batch-size", "-b"), "Most items per batch (default: per task)."),
+    ("batch_size", int, ("--batch-size", "-b"), "Most items per batch (default: per task, smaller on CPU)."),
     ("max_batch_cost", int, ("--max-batch-cost",), "Most cost per batch: tokens, pixels or audio units "
-                                                   "(default: per task; 0 = no cap)."),
+                                                   "(default: per task, smaller on CPU; 0 = no cap)."),
     ("max_wait_ms", float, ("--max-wait-ms",), "Longest wait to fill a batch after its first item (default: 10)."),
     ("include", list[str], ("--include",), "Glob of files to read, instead of the task's suffixes (repeatable)."),
     ("exclude", list[str], ("--exclude",), "Glob of files to leave out (repeatable)."),

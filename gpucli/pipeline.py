@@ -34,6 +34,7 @@ from gpucli.writer import Writer
 
 END = object()
 STOP_DEADLINE_S = 10.0
+WINDOW_BATCHES = 16  # batches per sorted window (see _next_batch)
 
 
 @dataclass
@@ -83,10 +84,10 @@ def task_and_spec(config: RunConfig) -> tuple[type[Task], TaskSpec]:
 def batch_caps(config: RunConfig, task_cls: type[Task], devices: list[str] | None = None) -> BatchCaps:
     """The run's caps: flags where given, else the task's defaults (its CPU batch size when
     every worker is on the CPU)."""
-    max_cost = task_cls.default_max_cost if config.max_batch_cost < 0 else config.max_batch_cost
-    size = task_cls.default_batch_size
-    if devices and all(d == "cpu" for d in devices) and task_cls.cpu_batch_size:
-        size = task_cls.cpu_batch_size
+    size, cost = task_cls.default_batch_size, task_cls.default_max_cost
+    if devices and all(d == "cpu" for d in devices):
+        size, cost = task_cls.cpu_batch_size or size, task_cls.cpu_max_cost or cost
+    max_cost = cost if config.max_batch_cost < 0 else config.max_batch_cost
     return BatchCaps(config.batch_size or size, max_cost, config.max_wait_ms / 1000)
 
 
@@ -277,31 +278,44 @@ class Pipeline:
             await asyncio.sleep(0.05)
 
     async def _next_batch(self, pending: list[Item]) -> Batch | None:
-        """Collect up to a window of items (waiting at most max_wait after the first),
-        sort by cost, and cut one batch within the caps."""
-        if not pending:
-            item = await self._get(None)
-            if item is None:
-                return None
-            pending.append(item)
-        window = self.caps.max_items * 4
-        deadline = time.monotonic() + self.caps.max_wait_s
-        while len(pending) < window and not self.input_done:
-            self._drain_now(pending, window)
-            if self.caps.full(len(pending), sum(i.cost for i in pending)) or self.input_done:
-                break
-            remaining = deadline - time.monotonic()
-            item = await self._get(remaining) if remaining > 0 else None
-            if item is None:
-                break
-            pending.append(item)
-        pending[:] = sort_window(pending)
+        """The next batch of a sorted window. A window is what is queued now (up to
+        `_window_size` items; waiting at most max_wait for a full batch), sorted by cost and
+        cut into batches in order; the next window is collected when what is left cannot
+        fill a batch. Cutting whole windows pads like a global sort: on one-sentence files a
+        window of 16 batches pads 2% over the tokens, where taking the biggest batch of a
+        sliding window of 4 batches padded 27% (the small items pile up in the window)."""
+        if not self.caps.full(len(pending), sum(i.cost for i in pending)):
+            if not pending:
+                item = await self._get(None)
+                if item is None:
+                    return None
+                pending.append(item)
+            await self._collect(pending, self._window_size())
+            pending[:] = sort_window(pending)
         items, rest = take_batch(pending, self.caps)
         pending[:] = rest
         now = time.monotonic()
         self.summary.stage_seconds["queue"] += now - min(i.enqueued_at for i in items)
         self._batch_id += 1
         return Batch(self._batch_id, items)
+
+    def _window_size(self) -> int:
+        """WINDOW_BATCHES batches, within the queue's size (big items keep small queues,
+        and the window holds items outside it)."""
+        return max(self.caps.max_items, min(WINDOW_BATCHES * self.caps.max_items, self.queue.maxsize or 1 << 30))
+
+    async def _collect(self, pending: list[Item], window: int) -> None:
+        """Take what is queued, up to `window`; wait at most max_wait for a full batch."""
+        deadline = time.monotonic() + self.caps.max_wait_s
+        while len(pending) < window and not self.input_done:
+            self._drain_now(pending, window)
+            if self.caps.full(len(pending), sum(i.cost for i in pending)) or self.input_done:
+                return
+            remaining = deadline - time.monotonic()
+            item = await self._get(remaining) if remaining > 0 else None
+            if item is None:
+                return
+            pending.append(item)
 
     def _drain_now(self, pending: list[Item], window: int) -> None:
         while len(pending) < window and not self.queue.empty():

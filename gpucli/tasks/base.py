@@ -59,8 +59,8 @@ class Task:
       default_model: the alias used without `--model`.
       cost_name: what `cost` counts ("tokens", "pixels", "audio_s"), for progress and docs.
       default_max_cost: default per-batch cost budget.
-      cpu_batch_size: default batch size when every worker is on the CPU (0 = as on GPUs):
-        a CPU gains little from big batches and pays for their padding.
+      cpu_batch_size, cpu_max_cost: the defaults when every worker is on the CPU (0 = as on
+        GPUs): a CPU gains little from big batches, and big activations fall out of its caches.
     """
 
     name: ClassVar[str] = ""
@@ -73,6 +73,7 @@ class Task:
     default_batch_size: ClassVar[int] = 32
     default_max_cost: ClassVar[int] = 0  # 0 = no cost cap
     cpu_batch_size: ClassVar[int] = 0
+    cpu_max_cost: ClassVar[int] = 0
     queue_items: ClassVar[int] = 2048  # items waiting for a batch; lower it for big items (audio, images)
     read_chunk_files: ClassVar[int] = 64  # files per reader thread call (8 calls in flight): decoded
     # inputs wait in memory, so tasks with big decoded inputs read fewer at a time

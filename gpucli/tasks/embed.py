@@ -78,7 +78,10 @@ class EmbedTask(Task):
     cost_name = "tokens"
     default_batch_size = 64
     default_max_cost = 64 * 256
-    cpu_batch_size = 32  # sentence-transformers on 2 cores: 32 beats 64 by 10-25% (benchmarks/RESULTS.md)
+    # On 2 CPU cores (benchmarks/README.md, embed): one-sentence texts run best ~32 a batch, and
+    # 256-token texts 4-8 a batch (16% faster than 32): a budget of 1024 tokens gives both.
+    cpu_batch_size = 32
+    cpu_max_cost = 1024
 
     @classmethod
     def models(cls) -> list[ModelEntry]:
