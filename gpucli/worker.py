@@ -149,9 +149,9 @@ def limit_threads(threads: int) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    # OpenMP threads sleep between batches instead of spinning: spinning threads take the
-    # cores the parent needs to read, tokenize and write (benchmarks/README.md, embed).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OMP_WAIT_POLICY stays libgomp's default (spin briefly, then sleep). Measured on embed,
+    # 2 cores: PASSIVE was 10% slower (a wake-up per parallel region), ACTIVE 2.8x slower
+    # (threads spinning forever starve the worker's own Python threads and the parent).
 
 
 def limit_torch_threads(threads: int) -> None:

@@ -69,25 +69,13 @@ def test_cpu_runs_use_the_tasks_cpu_batch_size_and_flags_still_win():
 
     config = RunConfig(task="embed", paths=("x",))
     assert batch_caps(config, EmbedTask, ["cpu"]).max_items == EmbedTask.cpu_batch_size == 32
-    assert batch_caps(config, EmbedTask, ["cpu"]).max_cost == EmbedTask.cpu_max_cost == 1024
+    assert batch_caps(config, EmbedTask, ["cpu"]).max_cost == EmbedTask.cpu_max_cost == 2048
     assert batch_caps(config, EmbedTask, ["cuda:0"]).max_cost == EmbedTask.default_max_cost
     assert batch_caps(config, EmbedTask, ["cuda:0", "cuda:1"]).max_items == EmbedTask.default_batch_size == 64
     assert batch_caps(config, EmbedTask, ["cuda:0", "cpu"]).max_items == 64  # a GPU in the run: GPU sizes
     flagged = RunConfig(task="embed", paths=("x",), batch_size=48)
     assert batch_caps(flagged, EmbedTask, ["cpu"]).max_items == 48
     assert batch_caps(RunConfig(task="embed", paths=("x",), max_batch_cost=0), EmbedTask, ["cpu"]).max_cost == 0
-
-
-def test_cpu_workers_let_openmp_threads_sleep_between_batches(monkeypatch):
-    import os
-
-    from gpucli.worker import limit_threads
-
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
-        monkeypatch.setenv(var, os.environ.get(var, ""))  # restored after the test
-    limit_threads(2)
-    assert os.environ["OMP_NUM_THREADS"] == "2" and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
 def test_dispatcher_pads_about_as_little_as_a_global_sort():
