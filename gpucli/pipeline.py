@@ -142,10 +142,17 @@ class Pipeline:
                 where = ", ".join(sorted(set(devices)))
                 self.counts.phase = f"loading the model in {len(devices)} worker(s) on {where}"
                 self.writer.warm()
-                await self.pool.start()
-                self.counts.phase = ""
+                self.pool.spawn()
                 self.writer.start()
-                await self._run_stages()
+                dispatcher = asyncio.ensure_future(self._dispatch())  # fills the workers' Pipes while they load
+                try:
+                    await self.pool.start()
+                except BaseException:
+                    dispatcher.cancel()
+                    await asyncio.gather(dispatcher, return_exceptions=True)
+                    raise
+                self.counts.phase = ""
+                await self._run_stages(dispatcher)
             else:
                 await self.reader
         finally:
@@ -165,10 +172,9 @@ class Pipeline:
             raise self.reader.exception()
         return self._work_event.is_set()
 
-    async def _run_stages(self) -> None:
+    async def _run_stages(self, dispatcher: asyncio.Future) -> None:
         """Reader, dispatcher and writer run together; the first to fail stops the others
         (a sink that broke mid-run ends the run now, not after reading the whole tree)."""
-        dispatcher = asyncio.ensure_future(self._dispatch())
         stages = (self.reader, dispatcher, self.writer.task)
         while not dispatcher.done():
             done, _ = await asyncio.wait(set(stages), return_when=asyncio.FIRST_COMPLETED)

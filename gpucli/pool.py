@@ -83,25 +83,36 @@ class WorkerPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._setup_errors: dict[int, str] = {}
         self._closing = False
+        self._started = False  # every worker loaded once; later setup failures are deaths
         self._watchdog: asyncio.Task | None = None
         self._next_id = 1_000_000_000  # ids of split batches, apart from the dispatcher's
-        # Sends get threads of their own: behind reader threads in the default pool, the
-        # device would wait for the disk.
-        self._sender = ThreadPoolExecutor(max_workers=len(devices) + 1, thread_name_prefix="gpucli-send")
+        # Sends get a thread per worker: behind reader threads in the default pool the device
+        # would wait for the disk, and one thread per Pipe keeps its batches in the order sent
+        # (the pool blames the oldest batch for a crash) and its writes whole.
+        self._senders = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gpucli-send-{i}")
+                         for i in range(len(devices))]
 
     # --- life cycle ---------------------------------------------------------------------
     async def start(self) -> None:
-        """Spawn every worker and wait until each has loaded its model (or one failed)."""
-        self._loop = asyncio.get_running_loop()
-        for worker in self.workers:
-            self._spawn(worker)
+        """Spawn every worker (unless `spawn` did) and wait until each has loaded its model
+        (or one failed). Batches may be sent meanwhile: they wait in the worker's Pipe, so the
+        model starts on the first one the moment it is loaded."""
+        if self._loop is None:
+            self.spawn()
         while not all(w.ready for w in self.workers):
             if self._setup_errors:
                 index, message = next(iter(self._setup_errors.items()))
                 raise WorkerSetupError(f"worker {index} ({self.workers[index].device}) could not load the model: "
                                        f"{message}")
             await self._wait_changed()
+        self._started = True
         self._watchdog = asyncio.ensure_future(self._watch_timeouts())
+
+    def spawn(self) -> None:
+        """Start every worker process; they load their models in the background."""
+        self._loop = asyncio.get_running_loop()
+        for worker in self.workers:
+            self._spawn(worker)
 
     async def stop(self, deadline_s: float = 10.0) -> None:
         """Stop sentinel to each worker, join within the deadline, then terminate, then kill."""
@@ -115,7 +126,8 @@ class WorkerPool:
                 except (OSError, ValueError):
                     pass
         await asyncio.to_thread(self._join_all, deadline_s)
-        self._sender.shutdown(wait=False, cancel_futures=True)
+        for sender in self._senders:
+            sender.shutdown(wait=False, cancel_futures=True)
         for worker in self.workers:
             for record in worker.in_flight.values():
                 self.task.release(record.packed)
@@ -156,8 +168,9 @@ class WorkerPool:
 
     # --- sending ------------------------------------------------------------------------
     def free_worker(self) -> Worker | None:
-        """The live worker with the fewest batches in flight, if any has room."""
-        ready = [w for w in self.workers if w.ready and w.alive and len(w.in_flight) < self.max_in_flight]
+        """The live worker with the fewest batches in flight, if any has room (one still
+        loading its model counts: its batches wait in its Pipe)."""
+        ready = [w for w in self.workers if w.alive and len(w.in_flight) < self.max_in_flight]
         return min(ready, key=lambda w: len(w.in_flight)) if ready else None
 
     async def wait_free_worker(self) -> Worker:
@@ -175,7 +188,8 @@ class WorkerPool:
         worker.in_flight[batch.id] = InFlight(batch, packed, time.monotonic())
         conn = worker.conn
         try:
-            await asyncio.get_running_loop().run_in_executor(self._sender, conn.send, (batch.id, packed))
+            await asyncio.get_running_loop().run_in_executor(self._senders[worker.index], conn.send,
+                                                                (batch.id, packed))
         except (OSError, ValueError):
             pass  # the receiver thread sees the death and requeues this batch
 
@@ -227,6 +241,7 @@ class WorkerPool:
         kind = message[0]
         if kind == "ready":
             worker.ready = True
+            worker.busy_since = time.monotonic()  # batches sent while it loaded start now
         elif kind == "setup_error":
             self._setup_errors[worker.index] = message[1]
         elif kind == "result":
@@ -263,16 +278,30 @@ class WorkerPool:
             return
         worker.alive = False
         code = process.exitcode
-        if not worker.ready and worker.index not in self._setup_errors and not self._closing:
-            self._setup_errors[worker.index] = f"worker exited during setup ({_exit_text(code)})"
-        if self._closing or not worker.ready:
+        if self._closing:
             self.notify()
             return
+        if not worker.ready and not self._started:  # the first load: `start` reports it
+            self._setup_errors.setdefault(worker.index, f"worker exited during setup ({_exit_text(code)})")
+            self._requeue_unstarted(worker)
+            self.notify()
+            return
+        if not worker.ready:  # a replacement that could not load the model: one more death
+            setup_error = self._setup_errors.pop(worker.index, None)
+            worker.kill_reason = f"could not load the model again: {setup_error or _exit_text(code)}"
+            self._requeue_unstarted(worker)
         reason = worker.kill_reason or _exit_text(code)
         worker.kill_reason = ""
         self._requeue_after_death(worker, reason)
         self._restart(worker, reason)
         self.notify()
+
+    def _requeue_unstarted(self, worker: Worker) -> None:
+        """Batches sent to a worker that died loading its model never ran: resend them as they are."""
+        for record in sorted(worker.in_flight.values(), key=lambda r: r.sent_at):
+            self.task.release(record.packed)
+            self.retry.append(record.batch)
+        worker.in_flight.clear()
 
     def _requeue_after_death(self, worker: Worker, reason: str) -> None:
         records = sorted(worker.in_flight.values(), key=lambda r: r.sent_at)
@@ -319,7 +348,7 @@ class WorkerPool:
             await asyncio.sleep(min(1.0, self.batch_timeout_s / 4))
             now = time.monotonic()
             for worker in self.workers:
-                if worker.alive and worker.in_flight and now - worker.busy_since > self.batch_timeout_s:
+                if worker.alive and worker.ready and worker.in_flight and now - worker.busy_since > self.batch_timeout_s:
                     worker.kill_reason = f"batch timed out after {self.batch_timeout_s:g}s"
                     os.kill(worker.pid, signal.SIGKILL)
                     worker.busy_since = now

@@ -27,6 +27,7 @@ from gpucli.tasks.base import Task
 class FakeOptions:
     batch_log: str = ""
     fail_setup: str = ""
+    fail_setup_again: str = ""  # a marker file: the first setup makes it, every later setup fails
     oom_above: int = 0
     sleep_ms: float = 0.0
     exit_marker: str = ""  # a file the worker's interpreter teardown (atexit) would write
@@ -63,6 +64,13 @@ class FakeTask(Task):
     def setup(self, device: str) -> None:
         if self.options.fail_setup:
             raise RuntimeError(self.options.fail_setup)
+        if self.options.fail_setup_again:
+            from pathlib import Path
+
+            marker = Path(self.options.fail_setup_again)
+            if marker.exists():
+                raise RuntimeError("the device is gone after the restart")
+            marker.write_text("set up once")
         self.pid = os.getpid()
         if self.options.exit_marker:
             import atexit

@@ -704,7 +704,7 @@ def test_cli_end_to_end(tmp_path):
 
 
 @pytest.mark.model
-def test_pipeline_with_a_killed_worker_leaves_no_segment(tmp_path):
+def test_pipeline_with_a_killed_worker_leaves_no_segment(tmp_path, monkeypatch):
     """SIGKILL the worker while a batch is in flight (a shared-memory block exists): the run
     still classifies every image exactly once, and every block is unlinked."""
     import multiprocessing as mp
@@ -714,6 +714,16 @@ def test_pipeline_with_a_killed_worker_leaves_no_segment(tmp_path):
 
     from gpucli.config import RunConfig
     from gpucli.pipeline import run
+    from gpucli.pool import WorkerPool
+
+    loaded = threading.Event()  # batches are sent while the model loads: kill after that
+    start = WorkerPool.start
+
+    async def start_and_tell(self):
+        await start(self)
+        loaded.set()
+
+    monkeypatch.setattr(WorkerPool, "start", start_and_tell)
 
     good, _ = image_tree(tmp_path / "in", copies=3)
     for rel in list((tmp_path / "in" / "bad").iterdir()):
@@ -725,7 +735,7 @@ def test_pipeline_with_a_killed_worker_leaves_no_segment(tmp_path):
     def killer() -> None:
         while not stop.is_set() and not killed:
             workers = [p for p in mp.active_children() if p.name.startswith("gpucli-worker")]
-            if workers and shm_names() - before:  # past setup, with a batch in flight
+            if workers and loaded.is_set() and shm_names() - before:  # past setup, a batch in flight
                 os.kill(workers[0].pid, signal.SIGKILL)
                 killed.append(workers[0].pid)
             time.sleep(0.05)

@@ -123,3 +123,26 @@ def test_workers_leave_without_interpreter_teardown(tree, tmp_path):
     assert summary.exit_code == 0 and summary.rows == 3
     assert not marker.exists()
     assert not [p for p in mp.active_children() if p.name.startswith("gpucli-worker")]
+
+
+def test_a_restarted_worker_that_cannot_load_the_model_ends_the_run_instead_of_hanging(tree, tmp_path):
+    """After a crash, the replacement worker's setup fails (a GPU lost for good): that is one
+    more death against the restart budget, and with no worker left the run stops."""
+    from gpucli.errors import GpucliError
+
+    files = {f"ok{i:02d}.txt": f"line {i}\n" for i in range(6)}
+    files["zz.txt"] = "CRASH\n"
+    result: dict = {}
+
+    def go():
+        try:
+            run_fake([tree(files)], tmp_path / "out.parquet", {"fail_setup_again": str(tmp_path / "once")},
+                     batch_size=1, max_restarts=2)
+        except GpucliError as exc:
+            result["error"] = str(exc)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive(), "the run hung waiting for a worker that never came back"
+    assert "restart budget" in result.get("error", ""), result
