@@ -21,6 +21,7 @@ from gpucli.tasks.base import Task
 @dataclass(frozen=True)
 class SimOptions:
     device_ms: float = 10.0
+    load_s: float = 0.0  # a model load: the parent reads ahead and warms up meanwhile, as with a real model
     trace: str = ""  # a file to append "start end items" per batch (time.monotonic), for the timeline
 
 
@@ -44,6 +45,7 @@ class SimTask(Task):
         return [Item(source.id, i, line, 1, {"chunk": i}) for i, line in enumerate(lines)]
 
     def setup(self, device: str) -> None:
+        time.sleep(self.options.load_s)
         self.trace = open(self.options.trace, "a", buffering=1) if self.options.trace else None
 
     def predict(self, payloads: list[Any]) -> list[dict[str, Any]]:
