@@ -140,3 +140,19 @@ def test_a_file_that_kills_its_actor_costs_only_itself(ray_session, tree, tmp_pa
     assert (summary.inputs, summary.succeeded, summary.failed, summary.exit_code) == (7, 6, 1, 1)
     [failure] = failures(summary)
     assert failure["path"] == "crash.txt" and failure["stage"] == "infer" and "died" in failure["error"]
+
+
+def test_predictor_windows_match_the_local_dispatcher():
+    """Items per predictor call: 16 batches (as the local dispatcher's sorted windows), within
+    the task's queue size (transcribe keeps big audio chunks few)."""
+    pytest.importorskip("ray")
+    from gpucli.engines.ray import RayJob
+    from gpucli.pipeline import batch_caps
+    from gpucli.tasks.embed import EmbedTask
+    from gpucli.tasks.transcribe import TranscribeTask
+
+    job = RayJob(RunConfig(task="embed", paths=("x",), progress="off"))
+    job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
+    assert job._window() == 16 * 32
+    job = RayJob(RunConfig(task="transcribe", paths=("x",), progress="off"))
+    assert job._window() == TranscribeTask.queue_items

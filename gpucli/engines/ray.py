@@ -35,6 +35,7 @@ from gpucli.config import RunConfig
 from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, GpucliError, UsageError, WorkerSetupError
 from gpucli.output import Output
 from gpucli.pipeline import (
+    WINDOW_BATCHES,
     RunSummary,
     batch_caps,
     check_roots,
@@ -157,6 +158,7 @@ class RayJob:
                 leave = _joined(connector, self.config.ray_address)
                 with self._signals(), _data_context():  # after ray.init, which installs its own SIGTERM handler
                     plan = make_plan(self.config)
+                    self.caps = batch_caps(self.config, self.task_cls, [plan.device])  # CPU caps on CPU actors
                     self._phase(f"loading the model in {plan.actors} Ray actor(s) "
                                 f"({plan.num_gpus:g} GPU, {plan.num_cpus:g} CPU each)")
                     self._consume(self._dataset(plan, self.config.read_chunk_files or self.task_cls.read_chunk_files))
@@ -213,10 +215,16 @@ class RayJob:
                                 fn_constructor_args=(self.spec, self._max_bytes()),
                                 compute=ray.data.ActorPoolStrategy(min_size=1, max_size=plan.readers),
                                 num_cpus=READ_CPUS, **_retries("max_task_retries"))
-            return ds.map_batches(_Predictor, batch_size=self.caps.max_items * 4, batch_format="pyarrow",
+            return ds.map_batches(_Predictor, batch_size=self._window(), batch_format="pyarrow",
                                   fn_constructor_args=(self.spec, plan.device, plan.threads, self.caps),
                                   compute=ray.data.ActorPoolStrategy(size=plan.actors),
                                   num_cpus=plan.num_cpus, num_gpus=plan.num_gpus, **_retries("max_task_retries"))
+
+    def _window(self) -> int:
+        """Items per predictor call: sorted and cut into batches in order, as the local
+        dispatcher's windows (16 batches, within the task's queue size)."""
+        caps = self.caps
+        return max(caps.max_items, min(WINDOW_BATCHES * caps.max_items, self.task_cls.queue_items))
 
     def _dataset_alone(self, plan: Plan):
         """Sources not yet seen, each read and predicted in Ray tasks of its own (the model is
