@@ -162,6 +162,7 @@ class Pipeline:
             self.reader.cancel()
             await self._shutdown()
             self._remove_signals()
+            gc.unfreeze()  # a process that runs again (tests, a library user) collects this run's objects
         return self._finish(started)
 
     async def _any_work(self) -> bool:
