@@ -6,8 +6,7 @@ fresh interpreter and its own process tree (for RSS sampling).
 
 Experiment knobs (environment): BENCH_TRACEMALLOC=N prints the N largest live allocation
 sites when the pool stops; BENCH_WORKER_THREADS=N overrides the threads each worker gets;
-BENCH_TIME_WRITES=1 splits each writer flush into table building, sink.write and commit;
-BENCH_WARM_ARROW=1 makes pyarrow's first pa.array() call (which imports pandas) before the run.
+BENCH_TIME_WRITES=1 splits each writer flush into table building, sink.write and commit.
 
 The only hooks are benchmark-side: a WorkerPool subclass that notes when every worker
 has loaded its model (to tell start-up from steady state), and, for the overlap
@@ -139,10 +138,6 @@ def main() -> None:
     fields.setdefault("devices", "cpu")
     config = RunConfig(**fields)
     pipeline.WorkerPool = TimedPool
-    if os.environ.get("BENCH_WARM_ARROW"):  # experiment: pyarrow's first pa.array() imports pandas (seconds)
-        import pyarrow
-
-        pyarrow.array([])
     if os.environ.get("BENCH_TIME_WRITES"):  # diagnosis: split each flush into table / sink / commit
         pipeline.Writer = timed_writer_class()
     if os.environ.get("BENCH_WORKER_THREADS"):  # an experiment knob: torch/OMP threads per worker

@@ -156,3 +156,6 @@ def test_predictor_windows_match_the_local_dispatcher():
     assert job._window() == 16 * 32
     job = RayJob(RunConfig(task="transcribe", paths=("x",), progress="off"))
     assert job._window() == TranscribeTask.queue_items
+    job = RayJob(RunConfig(task="embed", paths=("x",), progress="off", queue_items=100))
+    job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
+    assert job._window() == 100

@@ -222,9 +222,9 @@ class RayJob:
 
     def _window(self) -> int:
         """Items per predictor call: sorted and cut into batches in order, as the local
-        dispatcher's windows (16 batches, within the task's queue size)."""
-        caps = self.caps
-        return max(caps.max_items, min(WINDOW_BATCHES * caps.max_items, self.task_cls.queue_items))
+        dispatcher's windows (16 batches, within the queue size)."""
+        caps, queue = self.caps, self.config.queue_items or self.task_cls.queue_items
+        return max(caps.max_items, min(WINDOW_BATCHES * caps.max_items, queue))
 
     def _dataset_alone(self, plan: Plan):
         """Sources not yet seen, each read and predicted in Ray tasks of its own (the model is
