@@ -51,7 +51,7 @@ from gpucli.records import Failure, Item, Source
 from gpucli.state import Known
 from gpucli.tasks import TaskSpec, create_task
 from gpucli.tracker import Tracker
-from gpucli.worker import describe_error, limit_threads, limit_torch_threads, predict_one
+from gpucli.worker import describe_error, keep_freed_memory, limit_threads, limit_torch_threads, predict_one
 from gpucli.writer import rows_to_table
 
 LOCAL_OBJECT_STORE_BYTES = 512 * 2**20  # a private local Ray; batches of files are small
@@ -588,6 +588,7 @@ class _Predictor:
 
     def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps) -> None:
         limit_threads(min(threads, _cores()))
+        keep_freed_memory()
         self.caps = caps
         self.setup_error = ""
         try:
