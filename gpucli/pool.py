@@ -170,8 +170,8 @@ class WorkerPool:
     def free_worker(self) -> Worker | None:
         """The live worker with the fewest batches in flight, if any has room (one still
         loading its model counts: its batches wait in its Pipe)."""
-        ready = [w for w in self.workers if w.alive and len(w.in_flight) < self.max_in_flight]
-        return min(ready, key=lambda w: len(w.in_flight)) if ready else None
+        room = [w for w in self.workers if w.alive and len(w.in_flight) < self.max_in_flight]
+        return min(room, key=lambda w: len(w.in_flight)) if room else None
 
     async def wait_free_worker(self) -> Worker:
         while True:
@@ -348,7 +348,8 @@ class WorkerPool:
             await asyncio.sleep(min(1.0, self.batch_timeout_s / 4))
             now = time.monotonic()
             for worker in self.workers:
-                if worker.alive and worker.ready and worker.in_flight and now - worker.busy_since > self.batch_timeout_s:
+                running = worker.alive and worker.ready and worker.in_flight  # not while loading its model
+                if running and now - worker.busy_since > self.batch_timeout_s:
                     worker.kill_reason = f"batch timed out after {self.batch_timeout_s:g}s"
                     os.kill(worker.pid, signal.SIGKILL)
                     worker.busy_since = now
