@@ -56,6 +56,8 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("quiet", bool, ("--quiet", "-q"), "No progress and no summary on stderr."),
     ("json", bool, ("--json",), "Print the run summary as one JSON object on stdout at the end."),
     ("prune", bool, ("--prune",), "Remove the rows of inputs that no longer exist (incremental runs)."),
+    ("prune_all", bool, ("--prune-all",), "--prune, even when it would remove every row of the output or a root "
+                                          "is empty (refused otherwise, exit 3)."),
     ("engine", str, ("--engine",), "local | ray (default: local). ray needs: pip install 'gpucli[ray]'."),
     ("ray_address", str, ("--ray-address",), "Ray cluster address for --engine ray (default: RAY_ADDRESS, else "
                                              "a private local Ray)."),

@@ -41,6 +41,7 @@ class RunConfig:
     max_file_mb: float = 512.0
     incremental: bool = True
     prune: bool = False
+    prune_all: bool = False  # --prune even when it would empty the output or a root is empty; implies prune
     json: bool = False
     quiet: bool = False
     progress: str = "auto"
@@ -57,6 +58,8 @@ class RunConfig:
     task_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.prune_all:
+            object.__setattr__(self, "prune", True)
         if not self.paths:
             raise UsageError("give at least one file or directory to read")
         _check(self.progress in PROGRESS_MODES, f"--progress must be one of {', '.join(PROGRESS_MODES)}")

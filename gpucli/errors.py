@@ -5,6 +5,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_RUN_FAILED = 3
 EXIT_LOCKED = 75
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
@@ -20,6 +21,12 @@ class UsageError(GpucliError):
     """Bad flags, config or model choice: the user must change the command."""
 
     exit_code = EXIT_USAGE
+
+
+class RunFailedError(GpucliError):
+    """The run itself failed, or refused to do something that would lose data."""
+
+    exit_code = EXIT_RUN_FAILED
 
 
 class LockedError(GpucliError):
