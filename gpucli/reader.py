@@ -9,12 +9,13 @@ aiofiles). Nothing here ever opens a FIFO, socket or device: they would block fo
 from __future__ import annotations
 
 import asyncio
+import errno
 import fnmatch
 import os
 import stat
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,44 @@ class Found:
     failure: Failure | None = None
 
 
+@dataclass
+class WalkReport:
+    """What one walk could not see, so that `--prune` never removes the rows of a file that
+    still exists: it may prune a path only under a root this walk listed, never under a
+    directory it could not list (`unlisted`), and not under a root that turned out empty
+    (an unmounted share looks like an empty directory) unless the user said so.
+
+    Paths are relative like the rows' `path` ("." for a lone directory root)."""
+
+    roots: list[str] = field(default_factory=list)
+    unlisted: list[str] = field(default_factory=list)  # directories (a root included) that could not be listed
+    empty_roots: list[str] = field(default_factory=list)  # root directories under which the walk found nothing
+    complete: bool = False  # the walk ran to its end: an interrupted walk prunes nothing
+
+    def may_prune(self, path: str, allow_empty: bool = False) -> bool:
+        """Whether a path this walk did not find is known to be gone."""
+        if not self.complete or any(_under(path, d) for d in self.unlisted):
+            return False
+        listed = [r for r in self.roots if allow_empty or r not in self.empty_roots]
+        return any(_under(path, r) for r in listed)
+
+    def notes(self, allow_empty: bool = False) -> list[str]:
+        """What a pruning run must say about what it kept."""
+        notes = [f"{_shown(d)} could not be listed: nothing under it is pruned" for d in self.unlisted]
+        if not allow_empty:
+            notes += [f"{_shown(r)} is empty: nothing under it is pruned (pass --prune-all if it really is)"
+                      for r in self.empty_roots]
+        return notes
+
+
+def _under(path: str, directory: str) -> bool:
+    return directory == "." or path == directory or path.startswith(directory + "/")
+
+
+def _shown(rel: str) -> str:
+    return "the input root" if rel == "." else repr(rel)
+
+
 def common_base(roots: list[Path]) -> Path:
     """Rows carry paths relative to this: the root directory itself, a file's directory,
     or for several roots their deepest common directory."""
@@ -58,79 +97,157 @@ def common_base(roots: list[Path]) -> Path:
     return Path(os.path.commonpath([str(d) for d in dirs]))
 
 
-def walk(roots: list[str], flt: WalkFilter) -> Iterator[Found]:
-    """Yield every wanted file under the roots, in sorted order, exactly once."""
+def walk(roots: list[str], flt: WalkFilter, exclude: Iterable[str | os.PathLike] = (),
+         report: WalkReport | None = None) -> Iterator[Found]:
+    """Yield every wanted file under the roots, in sorted order, each real file once.
+
+    `exclude`: paths never read, nor anything under them (the output, its failures file and
+    its state: an output inside the input tree would otherwise read itself). `report`, if
+    given, is filled for `--prune` (see WalkReport)."""
     paths = [Path(os.path.abspath(r)) for r in roots]
     for p in paths:
         if not p.exists() and not p.is_symlink():
             raise UsageError(f"{p}: no such file or directory")
-    base = common_base(paths)
-    seen_dirs: set[str] = set()
+    walker = _Walker(paths, flt, frozenset(os.path.realpath(e) for e in exclude), report or WalkReport())
     next_id = 0
-    for root in paths:
-        real_root = os.path.realpath(root)
-        for found in _walk_one(root, real_root, base, flt, seen_dirs):
-            if found.source is not None:
-                found.source.id = next_id
-                next_id += 1
-            yield found
+    for found in walker.run():
+        if found.source is not None:
+            found.source.id = next_id
+            next_id += 1
+        yield found
+    walker.report.complete = True
 
 
-def _walk_one(root: Path, real_root: str, base: Path, flt: WalkFilter, seen: set[str]) -> Iterator[Found]:
-    if not root.is_dir():
-        yield from _entry(str(root), _rel(str(root), base), real_root, flt, explicit=True)
-        return
-    stack = [str(root)]
-    while stack:
-        directory = stack.pop()
-        real = os.path.realpath(directory)
-        if real in seen:
-            continue  # a symlink cycle inside the root, or two roots that overlap
-        seen.add(real)
-        try:
-            with os.scandir(directory) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            yield Found(failure=Failure(_rel(directory, base), "read", f"cannot list directory: {exc.strerror}"))
-            continue
-        subdirs = []
-        for entry in entries:
-            if entry.name.startswith("."):
+class _Walker:
+    """One walk's state. Memory grows with the directories (each real directory is listed
+    once) and with the files named through links or as roots, never with all files: a file
+    found by listing is unique by construction, so only its other names need a check."""
+
+    def __init__(self, roots: list[Path], flt: WalkFilter, exclude: frozenset[str], report: WalkReport) -> None:
+        self.roots, self.flt, self.exclude, self.report = roots, flt, exclude, report
+        self.base = common_base(roots)
+        self.dir_roots = [(str(r), os.path.realpath(r)) for r in roots if r.is_dir()]
+        self.seen_dirs: set[str] = set()
+        self.aliases: set[tuple[int, int]] = set()  # (st_dev, st_ino) of files named by a link or as a root
+
+    def run(self) -> Iterator[Found]:
+        for root in self.roots:
+            rel = _rel(str(root), self.base)
+            self.report.roots.append(rel)
+            real_root = os.path.realpath(root)
+            if _excluded(real_root, self.exclude):
+                self.report.empty_roots.append(rel)  # a root inside the output: nothing of it is seen
                 continue
-            rel = _rel(entry.path, base)
-            if not _is_dir(entry):
-                yield from _entry(entry.path, rel, real_root, flt, explicit=False)
-            elif not entry.is_symlink():
-                subdirs.append(entry.path)
-            elif _inside(entry.path, real_root):
-                continue  # its files are reached under their real path: each file once
-            else:
+            if not root.is_dir():
+                yield from self._alias(str(root), rel, real_root, explicit=True)
+            elif real_root not in self.seen_dirs:
+                found = 0
+                for found, item in enumerate(self._tree(str(root), real_root), 1):
+                    yield item
+                if not found and rel not in self.report.unlisted:
+                    self.report.empty_roots.append(rel)
+
+    def _tree(self, root: str, real_root: str) -> Iterator[Found]:
+        stack = [(root, real_root)]
+        while stack:
+            directory, real = stack.pop()
+            if real in self.seen_dirs:
+                continue  # two roots that overlap
+            self.seen_dirs.add(real)
+            try:
+                with os.scandir(directory) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError as exc:
+                rel = _rel(directory, self.base)
+                self.report.unlisted.append(rel)
+                yield Found(failure=Failure(rel, "read", f"cannot list directory: {exc.strerror}"))
+                continue
+            subdirs: list[tuple[str, str]] = []
+            for entry in entries:
+                yield from self._entry(entry, os.path.join(real, entry.name), real_root, subdirs)
+            stack.extend(reversed(subdirs))
+
+    def _entry(self, entry: os.DirEntry, real: str, real_root: str, subdirs: list) -> Iterator[Found]:
+        """`real`: the entry's real path when it is not a link (its directory's real path + its name)."""
+        if entry.name.startswith(".") or real in self.exclude:
+            return
+        rel = _rel(entry.path, self.base)
+        try:
+            link, is_dir = entry.is_symlink(), entry.is_dir(follow_symlinks=False)
+        except OSError as exc:  # the type is unknown: it may be a directory, keep what is under it
+            self.report.unlisted.append(rel)
+            yield Found(failure=Failure(rel, "read", f"cannot stat: {exc.strerror}"))
+            return
+        if is_dir:
+            subdirs.append((entry.path, real))
+        elif not link:
+            yield from self._file(entry.path, rel, explicit=False)
+        elif _is_dir(entry):
+            if not _inside(entry.path, real_root):
                 yield Found(failure=Failure(rel, "skip", "symlink to a directory outside the root; not followed"))
-        stack.extend(reversed(subdirs))
+            # else: its files are reached under their real path, each file once
+        else:
+            yield from self._alias(entry.path, rel, real_root, explicit=False)
 
-
-def _entry(path: str, rel: str, real_root: str, flt: WalkFilter, explicit: bool) -> Iterator[Found]:
-    if not explicit and not flt.wants(rel):
-        return
-    if os.path.islink(path):
-        target = os.path.realpath(path)
-        if not os.path.exists(path):
+    def _alias(self, path: str, rel: str, real_root: str, explicit: bool) -> Iterator[Found]:
+        """A file named through a symlink, or given as a root: the same file may have another
+        name in this walk. It is read under its real path (see `_read_bytes`)."""
+        if not explicit and not self.flt.wants(rel):
+            return
+        if os.path.islink(path) and not os.path.exists(path):
             reason = "symlink loop" if _is_loop(path) else f"dangling symlink (target {os.readlink(path)!r} missing)"
             yield Found(failure=Failure(rel, "read", reason))
             return
+        target = os.path.realpath(path)
         if not explicit and not _inside(target, real_root):
             yield Found(failure=Failure(rel, "skip", "symlink leaves the root; not followed"))
             return
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        yield Found(failure=Failure(rel, "read", f"cannot stat: {exc.strerror}"))
-        return
-    kind = stat.S_IFMT(st.st_mode)
-    if kind != stat.S_IFREG:
-        yield Found(failure=Failure(rel, "read", f"not a regular file ({NON_REGULAR.get(kind, 'special file')})"))
-        return
-    yield Found(source=Source(id=-1, path=rel, abspath=path, size=st.st_size, mtime_ns=st.st_mtime_ns))
+        if _excluded(target, self.exclude) or self._listed(target):
+            return  # the output itself, or a file the walk of a directory root names by its real path
+        yield from self._file(target, rel, explicit=True, alias=True)
+
+    def _listed(self, real: str) -> bool:
+        """Whether the walk of a directory root yields this real file under its own name."""
+        for root, real_root in self.dir_roots:
+            if not _inside(real, real_root) or real == real_root:
+                continue
+            inner = os.path.relpath(real, real_root)
+            if any(part.startswith(".") for part in inner.split(os.sep)):
+                continue
+            if self.flt.wants(_rel(os.path.join(root, inner), self.base)):
+                return True
+        return False
+
+    def _file(self, path: str, rel: str, explicit: bool, alias: bool = False) -> Iterator[Found]:
+        if not explicit and not self.flt.wants(rel):
+            return
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            yield Found(failure=Failure(rel, "read", f"cannot stat: {exc.strerror}"))
+            return
+        kind = stat.S_IFMT(st.st_mode)
+        if kind != stat.S_IFREG:
+            yield Found(failure=Failure(rel, "read", f"not a regular file ({NON_REGULAR.get(kind, 'special file')})"))
+            return
+        if alias:
+            if (st.st_dev, st.st_ino) in self.aliases:
+                return  # named twice (two links, a link and a root, a root given twice)
+            self.aliases.add((st.st_dev, st.st_ino))
+        yield Found(source=Source(id=-1, path=rel, abspath=path, size=st.st_size, mtime_ns=st.st_mtime_ns,
+                                  dev=st.st_dev, ino=st.st_ino))
+
+
+def _excluded(real: str, exclude: frozenset[str]) -> bool:
+    """`real` or a directory above it is excluded."""
+    while exclude:
+        if real in exclude:
+            return True
+        parent = os.path.dirname(real)
+        if parent == real:
+            return False
+        real = parent
+    return False
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -144,7 +261,7 @@ def _is_loop(path: str) -> bool:
     try:
         os.stat(path)
     except OSError as exc:
-        return exc.errno == 40  # ELOOP
+        return exc.errno == errno.ELOOP
     return False
 
 
@@ -154,7 +271,14 @@ def _inside(path: str, real_root: str) -> bool:
 
 
 def _rel(path: str, base: Path) -> str:
-    return Path(os.path.relpath(path, base)).as_posix()
+    """The row's `path`: relative, posix separators, and always valid UTF-8. A name the file
+    system holds as bytes that are not UTF-8 (Latin-1 from an old archive) has each such byte
+    written as `\\xNN` (Python's backslashreplace): a Parquet string, a JSON line and the
+    ledger all take it, and it reads as the name did. (Only a name that already holds the
+    four characters `\\xNN` can look the same.) The file is opened by `Source.abspath`,
+    which keeps the original bytes."""
+    rel = Path(os.path.relpath(path, base)).as_posix()
+    return rel if rel.isascii() else os.fsencode(rel).decode("utf-8", "backslashreplace")
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -194,12 +318,21 @@ def read_source(source: Source, prepare: Callable[[Source, bytes], list[Item]], 
 
 
 def _read_bytes(source: Source, max_bytes: int) -> bytes:
+    """The bytes of the file the walk found, and of no other: the last component is opened
+    without following a link (the walk gives a link's real target as `abspath`), and the
+    opened file must be the one the walk stat'ed (device and inode), so a file swapped for a
+    link, or a directory above it swapped for a link to another tree, is a failure record,
+    not a read of what the link points to."""
     try:
-        fd = os.open(source.abspath, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(source.abspath, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError("read", "became a symbolic link after the walk; not followed") from None
         raise InputError("read", f"cannot open: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
+        if source.ino and (st.st_dev, st.st_ino) != (source.dev, source.ino):
+            raise InputError("read", "replaced by another file after the walk; not read (a rerun reads it)")
         if not stat.S_ISREG(st.st_mode):
             raise InputError("read", "not a regular file")
         if st.st_size > max_bytes:
@@ -222,10 +355,12 @@ async def read_all(
     chunk_files: int = 64,
     in_flight: int = 8,
     lookup: Lookup | None = None,
+    seen: Callable[[list[str]], None] | None = None,
 ) -> AsyncIterator[ReadResult | Failure]:
     """Walk and read with `in_flight` thread calls of `chunk_files` files each, yielding
     results as chunks finish. The walk itself also runs in a thread. With `lookup`, files an
-    earlier run finished are not even read when their size and mtime are unchanged."""
+    earlier run finished are not even read when their size and mtime are unchanged. `seen`
+    (for --prune) gets the paths of each chunk of the walk, inputs and failure records."""
 
     def read_chunk(sources: list[Source]) -> list[ReadResult]:
         known = lookup([s.path for s in sources]) if lookup else {}
@@ -241,15 +376,18 @@ async def read_all(
         return results
 
     def next_chunk() -> tuple[list[Source], list[Failure], bool]:
-        sources, failures = [], []
+        sources, failures, done = [], [], True
         for f in found:
             if f.source is not None:
                 sources.append(f.source)
             elif f.failure is not None:
                 failures.append(f.failure)
             if len(sources) >= chunk_files:
-                return sources, failures, False
-        return sources, failures, True
+                done = False
+                break
+        if seen is not None and (sources or failures):
+            seen([s.path for s in sources] + [f.path for f in failures])
+        return sources, failures, done
 
     pending: set[asyncio.Task] = set()
     done_walking = False

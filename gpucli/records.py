@@ -19,6 +19,8 @@ class Source:
     size: int = 0
     mtime_ns: int = 0
     digest: str = ""  # content hash, set when the file is read (for the ledger)
+    dev: int = 0  # st_dev and st_ino of the file the walk stat'ed: the read opens that file or fails
+    ino: int = 0  # (0: not checked)
 
 
 @dataclass(slots=True)
