@@ -7,12 +7,17 @@ the failure records are the same whatever runs the model.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from gpucli.errors import RunFailedError
 from gpucli.records import Failure, Source
 from gpucli.sinks import Sink, open_sink
 from gpucli.state import Ledger, RunLock, fingerprint
 from gpucli.writer import FailureLog
+
+if TYPE_CHECKING:
+    from gpucli.reader import WalkReport
 
 
 class Output:
@@ -101,12 +106,43 @@ class Output:
     def unchanged(self, source: Source) -> None:
         self.ledger.mark_unchanged(source)
 
-    def prune(self, seen: set[str]) -> int:
-        """Forget inputs done earlier that this run's walk did not find; their rows go at close."""
-        gone = [path for path in self.ledger.done_paths() if path not in seen]
+    # --- --prune: only what the walk could see is known to be gone -------------------------
+    def mark_seen(self, paths: list[str]) -> None:
+        """The paths this run's walk found (inputs and failure records), once per read chunk
+        from a reader thread; kept in the ledger, not in memory (it grows with the tree)."""
+        self.ledger.mark_seen(paths)
+
+    def prune(self, report: WalkReport, prune_all: bool = False, log: Callable[[str], None] | None = None) -> int:
+        """After a complete walk: forget inputs done earlier that it did not find, but only
+        where it could see (a root it listed, not under a directory it could not list, not
+        under an empty root unless `prune_all`); their rows go at close. Removing every row of
+        a non-empty output is refused (RunFailedError, exit 3, nothing removed) unless
+        `prune_all`: it is what a moved mount point or a changed root argument looks like."""
+        log = log or (lambda message: None)
+        if not report.complete:
+            log("--prune: the walk did not finish; nothing pruned")
+            return 0
+        for note in report.notes(prune_all):
+            log(f"--prune: {note}")
+        gone = [path for path in self.ledger.unseen_done() if report.may_prune(path, prune_all)]
+        if gone and not prune_all and len(gone) == self.ledger.done_count():
+            raise RunFailedError(
+                f"--prune would remove every row of {self.display} ({len(gone)} inputs): none of its inputs "
+                "was found under the paths given (rows are named relative to the root argument). Nothing was "
+                "removed. Check the paths, or pass --prune-all to remove them")
         self.ledger.prune(gone)
         self.pruned.update(gone)
         return len(gone)
+
+    def walk_exclusions(self) -> list[str]:
+        """What the walk must never read: the output itself (a Parquet directory, a JSONL file,
+        an embedded Qdrant's storage directory), its failures file and its state directory.
+        Inside the input tree they would be read as inputs (`.jsonl` and `.json` are embed
+        suffixes, and the failures file exists before the walk)."""
+        sink = self.sink
+        parsed = getattr(sink, "parsed", None)  # a Qdrant target: only embedded mode is on disk
+        own = (parsed.path if parsed.local else "") if parsed is not None else sink.target
+        return [str(p) for p in (own, sink.failures_path, sink.state_dir) if str(p)]
 
 
 def _weights_signature(path: str) -> list:

@@ -38,6 +38,8 @@ create table if not exists locations (name text primary key, rows integer, creat
 create table if not exists stale (location text, path text, primary key (location, path));
 """
 
+SEEN = "create temp table if not exists seen (path text primary key)"
+
 
 def digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
@@ -119,6 +121,27 @@ class Ledger:
         with self._lock:
             return [row[0] for row in self._db.execute("select path from files where status='done'")]
 
+    # --- what this run's walk saw, for --prune ----------------------------------------------
+    # A temporary table of this connection (on disk, gone when the ledger closes): the set of
+    # seen paths grows with the tree, so it does not live in the parent's memory.
+    def mark_seen(self, paths: list[str]) -> None:
+        """Called by reader threads, once per chunk of the walk."""
+        with self._lock, self._db:
+            self._db.execute(SEEN)
+            self._db.execute("begin")
+            self._db.executemany("insert or ignore into temp.seen values (?)", ((p,) for p in paths))
+
+    def unseen_done(self) -> list[str]:
+        """Inputs done earlier that this run's walk did not find."""
+        with self._lock:
+            self._db.execute(SEEN)
+            return [row[0] for row in self._db.execute(
+                "select path from files where status='done' and path not in (select path from temp.seen)")]
+
+    def done_count(self) -> int:
+        with self._lock:
+            return self._db.execute("select count(*) from files where status='done'").fetchone()[0]
+
     # --- updates --------------------------------------------------------------------------
     def mark_done(self, sources: list[Source], rows_per_source: list[int], location: str | None) -> None:
         """One transaction, after the location is durable."""
@@ -152,13 +175,13 @@ class Ledger:
                              (path, error, time.time()))
 
     def prune(self, paths: list[str]) -> None:
+        """Forget these inputs; their rows become stale (removed at close), in one transaction."""
         with self._lock, self._db:
             self._db.execute("begin")
-            for path in paths:
-                old = self._db.execute("select location from files where path=?", (path,)).fetchone()
-                if old and old[0]:
-                    self._db.execute("insert or ignore into stale values (?, ?)", (old[0], path))
-                self._db.execute("delete from files where path=?", (path,))
+            rows = [(path,) for path in paths]
+            self._db.executemany("insert or ignore into stale select location, path from files "
+                                 "where path=? and location is not null and location != ''", rows)
+            self._db.executemany("delete from files where path=?", rows)
 
     def clear_stale(self, stale: dict[str, set[str]]) -> None:
         with self._lock, self._db:

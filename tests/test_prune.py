@@ -1,0 +1,174 @@
+"""`--prune` never deletes the rows of a file that still exists.
+
+The decision (Output.prune over a WalkReport and the ledger's seen paths) as unit tests;
+then the CLI end to end on the fake task, with a directory that root really cannot list
+(the capabilities that let root read everything dropped with setpriv).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpucli.errors import RunFailedError
+from gpucli.output import Output
+from gpucli.reader import WalkFilter, WalkReport, walk
+from gpucli.records import Source
+from tests.conftest import ROOT
+from tests.test_pipeline import read_rows
+from tests.test_walk import unlistable
+
+SETTINGS = {"task": "unit"}
+
+
+@pytest.fixture
+def output(tmp_path):
+    """An opened Parquet output whose ledger lists a.txt, sub/b.txt and sub/c.txt as done."""
+    import pyarrow as pa
+
+    out = Output(str(tmp_path / "out.parquet"))
+    out.open(pa.schema([("path", pa.string())]), {}, SETTINGS)
+    done = [Source(i, p, p) for i, p in enumerate(["a.txt", "sub/b.txt", "sub/c.txt"])]
+    out.ledger.mark_done(done, [1, 1, 1], None)
+    yield out
+    out.close(clean=False)
+
+
+def test_prune_removes_only_what_a_complete_walk_did_not_find(output):
+    output.mark_seen(["a.txt"])
+    output.mark_seen(["sub/b.txt"])
+    report = WalkReport(roots=["."], complete=True)
+    assert output.prune(report) == 1
+    assert sorted(output.ledger.done_paths()) == ["a.txt", "sub/b.txt"]
+
+
+def test_prune_keeps_everything_under_an_unlisted_directory_and_says_so(output):
+    output.mark_seen(["a.txt", "sub"])
+    said = []
+    report = WalkReport(roots=["."], unlisted=["sub"], complete=True)
+    assert output.prune(report, log=said.append) == 0
+    assert len(output.ledger.done_paths()) == 3
+    assert said and "could not be listed" in said[0]
+
+
+def test_prune_of_an_empty_root_removes_nothing_unless_prune_all(output):
+    said = []
+    report = WalkReport(roots=["."], empty_roots=["."], complete=True)
+    assert output.prune(report, log=said.append) == 0
+    assert len(output.ledger.done_paths()) == 3 and "empty" in said[0]
+    assert output.prune(report, prune_all=True) == 3
+    assert output.ledger.done_paths() == []
+
+
+def test_prune_that_would_remove_every_row_refuses_and_removes_nothing(output):
+    output.mark_seen(["elsewhere/a.txt"])  # the root argument changed: every path is new
+    report = WalkReport(roots=["."], complete=True)
+    with pytest.raises(RunFailedError, match="--prune-all") as err:
+        output.prune(report)
+    assert err.value.exit_code == 3
+    assert len(output.ledger.done_paths()) == 3 and output.pruned == set()
+    assert output.prune(report, prune_all=True) == 3
+
+
+def test_an_interrupted_walk_prunes_nothing(output):
+    assert output.prune(WalkReport(roots=["."], complete=False)) == 0
+    assert len(output.ledger.done_paths()) == 3
+
+
+def test_seen_paths_live_in_the_ledger_not_in_memory(output, tmp_path):
+    output.mark_seen([f"f{i}.txt" for i in range(2000)] + ["a.txt"])
+    output.mark_seen(["a.txt"])  # a path seen twice is fine
+    assert sorted(output.ledger.unseen_done()) == ["sub/b.txt", "sub/c.txt"]
+
+
+def test_a_walk_with_an_unlistable_directory_prunes_only_outside_it(output, tree, monkeypatch):
+    root = tree({"x.txt": "new", "sub/b.txt": "b", "sub/c.txt": "c"})  # a.txt is gone
+    unlistable(monkeypatch, root / "sub")
+    report = WalkReport()
+    found = list(walk([str(root)], WalkFilter((".txt",)), report=report))
+    output.mark_seen([f.source.path if f.source else f.failure.path for f in found])
+    assert output.prune(report) == 1
+    assert sorted(output.ledger.done_paths()) == ["sub/b.txt", "sub/c.txt"]
+
+
+# --- end to end: the CLI on the fake task ---------------------------------------------------------
+
+CLI = """
+import sys
+from gpucli.cli import app, _make_command
+from tests.fake_task import FakeTask
+FakeTask.name = "tests.fake_task:FakeTask"  # the task the spawned workers import
+app.command(name="fake")(_make_command(FakeTask))
+app(args=sys.argv[1:], prog_name="gpucli")
+"""
+DROP_CAPS = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+def cli(*args: str, drop_caps: bool = False) -> tuple[int, dict | None, str]:
+    """Run `gpucli fake ARGS --json` in a subprocess: exit code, summary, stderr."""
+    cmd = [sys.executable, "-c", CLI, "fake", *args, "--devices", "cpu", "--progress", "plain", "--json"]
+    if drop_caps:
+        cmd = DROP_CAPS + cmd
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT)
+    lines = proc.stdout.strip().splitlines()
+    return proc.returncode, json.loads(lines[-1]) if lines else None, proc.stderr
+
+
+def rows_by_path(out: Path) -> list[str]:
+    return sorted({r["path"] for r in read_rows(out)})
+
+
+needs_setpriv = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                                   reason="needs root and setpriv to make a directory root cannot list")
+
+
+@pytest.mark.slow
+@needs_setpriv
+def test_cli_prune_keeps_the_rows_under_a_directory_it_cannot_list(tree, tmp_path):
+    root = tree({"a.txt": "alpha\n", "gone.txt": "bye\n", "sub/b.txt": "beta\n", "sub/deep/c.txt": "gamma\n"})
+    out = tmp_path / "out.parquet"
+    assert cli(str(root), "--out", str(out))[1]["succeeded"] == 4
+    (root / "gone.txt").unlink()
+    os.chmod(root / "sub", 0)
+    try:
+        code, summary, err = cli(str(root), "--out", str(out), "--prune", drop_caps=True)
+    finally:
+        os.chmod(root / "sub", 0o755)
+    assert code == 1, err  # the directory is a failure record
+    assert summary["pruned"] == 1 and summary["failed"] == 1
+    assert "could not be listed" in err
+    assert rows_by_path(out) == ["a.txt", "sub/b.txt", "sub/deep/c.txt"]
+    failures = [json.loads(line) for line in Path(summary["failures_file"]).read_text().splitlines()]
+    assert [(f["path"], f["stage"]) for f in failures] == [("sub", "read")]
+
+
+@pytest.mark.slow
+def test_cli_prune_of_an_empty_root_keeps_every_row_and_says_so(tree, tmp_path):
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
+    out = tmp_path / "out.parquet"
+    assert cli(str(root), "--out", str(out))[1]["succeeded"] == 2
+    for name in ("a.txt", "b.txt"):
+        (root / name).unlink()  # an unmounted share
+    code, summary, err = cli(str(root), "--out", str(out), "--prune")
+    assert (code, summary["pruned"]) == (0, 0), err
+    assert "empty" in err and rows_by_path(out) == ["a.txt", "b.txt"]
+    code, summary, err = cli(str(root), "--out", str(out), "--prune-all")
+    assert (code, summary["pruned"]) == (0, 2), err
+    assert read_rows(out) == []
+
+
+@pytest.mark.slow
+def test_cli_prune_that_would_empty_the_output_exits_3_and_deletes_nothing(tree, tmp_path):
+    root = tree({"docs/a.txt": "alpha\n", "docs/b.txt": "beta\n"})
+    out = tmp_path / "out.parquet"
+    assert cli(str(root / "docs"), "--out", str(out))[1]["succeeded"] == 2  # rows: a.txt, b.txt
+    code, summary, err = cli(str(root), "--out", str(out), "--prune")  # now: docs/a.txt, docs/b.txt
+    assert code == 3 and summary is None, err
+    assert "gpucli: error:" in err and "--prune-all" in err
+    assert {"a.txt", "b.txt"} <= set(rows_by_path(out))
