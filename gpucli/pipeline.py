@@ -27,7 +27,7 @@ from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, Usage
 from gpucli.output import Output
 from gpucli.pool import PoolEvents, WorkerPool
 from gpucli.progress import Counts, Progress, make_progress
-from gpucli.reader import ReadResult, WalkFilter, read_all, walk
+from gpucli.reader import ReadResult, WalkFilter, WalkReport, read_all, walk
 from gpucli.records import Batch, Failure, Item
 from gpucli.tasks import Task, TaskSpec, get_task
 from gpucli.tracker import Tracker
@@ -111,7 +111,6 @@ class Pipeline:
         self.caps = batch_caps(config, self.task_cls)
         self.stopping: int = 0
         self.input_done = False
-        self._seen: set[str] = set()
         self._work_event = asyncio.Event()
         self._batch_id = 0
         self._oom_events = 0
@@ -221,13 +220,13 @@ class Pipeline:
     async def _read(self) -> None:
         flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
         max_bytes = int(self.config.max_file_mb * 2**20)
-        found = walk(list(self.config.paths), flt)
+        report = WalkReport()
+        found = walk(list(self.config.paths), flt, self.output.walk_exclusions(), report)
         chunk_files = self.config.read_chunk_files or self.task_cls.read_chunk_files
         async for result in read_all(found, self.task.prepare, max_bytes, chunk_files,
-                                     self.config.read_chunks_in_flight, self.output.lookup()):
+                                     self.config.read_chunks_in_flight, self.output.lookup(),
+                                     self.output.mark_seen if self.config.prune else None):
             self.counts.found += 1
-            if self.config.prune:
-                self._seen.add(result.path if isinstance(result, Failure) else result.source.path)
             if isinstance(result, Failure):
                 self._record_failure(result)
             elif result.failure is not None:
@@ -240,7 +239,8 @@ class Pipeline:
                 return
         self.counts.walk_done = True
         if self.config.prune:
-            self.summary.pruned = await asyncio.to_thread(self.output.prune, self._seen)
+            self.summary.pruned = await asyncio.to_thread(self.output.prune, report, self.config.prune_all,
+                                                          self.progress.log)
         await self.queue.put(END)
 
     def _unchanged(self, source) -> None:

@@ -46,7 +46,7 @@ from gpucli.pipeline import (
     task_and_spec,
 )
 from gpucli.progress import Counts, Progress, make_progress
-from gpucli.reader import WalkFilter, read_source, walk
+from gpucli.reader import WalkFilter, WalkReport, read_source, walk
 from gpucli.records import Failure, Item, Source
 from gpucli.state import Known
 from gpucli.tasks import TaskSpec, create_task
@@ -131,7 +131,6 @@ class RayJob:
         self._rows: list[dict[str, Any]] = []
         self._done: list[Source] = []
         self._done_rows: list[int] = []
-        self._seen: set[str] = set()
         self._last_flush = time.monotonic()
         self.stopping = 0
 
@@ -178,11 +177,14 @@ class RayJob:
         """Walk like the local engine (same filters, relative paths, skip/failure records); files
         the ledger has as done with the same size and mtime are not even sent to Ray."""
         flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
-        sources = []
-        for found in walk(list(self.config.paths), flt):
+        sources, report, seen = [], WalkReport(), []
+        for found in walk(list(self.config.paths), flt, self.output.walk_exclusions(), report):
             self.counts.found += 1
             if self.config.prune:
-                self._seen.add(found.failure.path if found.failure is not None else found.source.path)
+                seen.append(found.failure.path if found.failure is not None else found.source.path)
+                if len(seen) >= 1000:
+                    self.output.mark_seen(seen)
+                    seen = []
             if found.failure is not None:
                 self._record_failure(found.failure)
             elif found.source is not None:
@@ -201,7 +203,8 @@ class RayJob:
         self.unseen = set(self.sources)
         self.counts.walk_done = True
         if self.config.prune:
-            self.summary.pruned = self.output.prune(self._seen)
+            self.output.mark_seen(seen)
+            self.summary.pruned = self.output.prune(report, self.config.prune_all, self.progress.log)
 
     def _dataset(self, plan: Plan, chunk: int):
         """Sources not yet seen -> reader actors (`chunk` files a call) -> predictor actors (4

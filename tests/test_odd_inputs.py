@@ -1,0 +1,75 @@
+"""Whole runs on the fake task over trees that used to break them: an output inside its own
+input tree, a file named twice, names that are not UTF-8."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gpucli.state import Ledger
+from tests.test_pipeline import read_rows, run_fake
+
+pytestmark = pytest.mark.slow
+
+
+def rows(out: Path) -> list[dict]:
+    if out.suffix == ".jsonl":
+        return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    return read_rows(out)
+
+
+def failures(summary) -> list[dict]:
+    return [json.loads(line) for line in Path(summary.failures_file).read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("name", ["out.jsonl", "out.parquet"])
+def test_an_output_inside_the_input_tree_is_not_read_as_input(tree, name):
+    root = tree({"doc.txt": "hello world\n"})
+    out = root / name
+    include = ("*.txt", "*.jsonl", "*.json", "*.sqlite", "*.parquet", "lock")  # everything the output holds
+    for _ in range(2):
+        summary = run_fake([root], out, include=include)
+        assert (summary.exit_code, summary.failed, summary.inputs) == (0, 0, 1), failures(summary)
+    assert [r["path"] for r in rows(out)] == ["doc.txt"]
+
+
+def test_a_file_named_twice_is_one_input(tree, tmp_path):
+    root = tree({"docs/a.txt": "alpha\n", "docs/b.txt": "beta\n"})
+    os.symlink(root / "docs" / "a.txt", root / "docs" / "link-to-a.txt")
+    out = tmp_path / "out.parquet"
+    summary = run_fake([root / "docs", root / "docs" / "a.txt", root / "docs" / "b.txt"], out)
+    assert (summary.inputs, summary.succeeded, summary.rows) == (2, 2, 2)
+    assert sorted(r["path"] for r in rows(out)) == ["a.txt", "b.txt"]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_names_that_are_not_utf8_and_other_odd_names_are_inputs_and_rerun_unchanged(tmp_path, suffix):
+    root = tmp_path / "in"
+    root.mkdir()
+    names = {b"caf\xe9.txt": b"latin one\n", b"bad \xff\xfe.txt": b"\xff\xfe not utf8 content",
+             "new\nline.txt".encode(): b"newline\n", "sp ace 中文.txt".encode(): b"cjk\n",
+             b"d\xe9j\xe0/inner.txt": b"inner\n"}
+    for raw, data in names.items():
+        path = os.fsencode(root) + b"/" + raw
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+    out = tmp_path / f"out{suffix}"
+    first = run_fake([root], out)
+    assert (first.succeeded, first.failed) == (4, 1)
+    good = ["caf\\xe9.txt", "d\\xe9j\\xe0/inner.txt", "new\nline.txt", "sp ace 中文.txt"]
+    assert sorted(r["path"] for r in rows(out)) == good
+    assert [(f["path"], f["stage"]) for f in failures(first)] == [("bad \\xff\\xfe.txt", "decode")]
+    state = out / "_gpucli" if suffix == ".parquet" else Path(str(out) + ".gpucli")
+    ledger = Ledger(state)
+    try:
+        assert {p: k.status for p, k in ledger.lookup(good + ["bad \\xff\\xfe.txt"]).items()} == \
+            {**dict.fromkeys(good, "done"), "bad \\xff\\xfe.txt": "failed"}
+    finally:
+        ledger.close()
+    again = run_fake([root], out, prune=True)
+    assert (again.unchanged, again.succeeded, again.failed, again.pruned) == (4, 0, 1, 0)
+    assert sorted(r["path"] for r in rows(out)) == good
