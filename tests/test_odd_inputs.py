@@ -11,6 +11,7 @@ import pytest
 
 from gpucli.state import Ledger
 from tests.test_pipeline import read_rows, run_fake
+from tests.test_ray import ray_session  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +74,17 @@ def test_names_that_are_not_utf8_and_other_odd_names_are_inputs_and_rerun_unchan
     again = run_fake([root], out, prune=True)
     assert (again.unchanged, again.succeeded, again.failed, again.pruned) == (4, 0, 1, 0)
     assert sorted(r["path"] for r in rows(out)) == good
+
+
+def test_the_ray_engine_reads_names_that_are_not_utf8(ray_session, tmp_path):
+    from tests.test_ray import run_with
+
+    root = tmp_path / "in"
+    root.mkdir()
+    with open(os.fsencode(root) + b"/caf\xe9.txt", "wb") as f:
+        f.write(b"latin one\n")
+    (root / "plain.txt").write_text("plain\n")
+    out = tmp_path / "out.parquet"
+    summary = run_with("ray", "tests.fake_task:FakeTask", [root], out)
+    assert (summary.succeeded, summary.failed) == (2, 0), failures(summary)
+    assert sorted(r["path"] for r in rows(out)) == ["caf\\xe9.txt", "plain.txt"]

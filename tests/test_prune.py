@@ -172,3 +172,23 @@ def test_cli_prune_that_would_empty_the_output_exits_3_and_deletes_nothing(tree,
     assert code == 3 and summary is None, err
     assert "gpucli: error:" in err and "--prune-all" in err
     assert {"a.txt", "b.txt"} <= set(rows_by_path(out))
+
+
+@pytest.mark.slow
+def test_the_ray_engine_prunes_by_the_same_rule(tree, tmp_path, monkeypatch):
+    pytest.importorskip("ray.data")
+    from gpucli.config import RunConfig
+    from gpucli.engines import run_engine
+
+    def run(engine: str, **kw):
+        return run_engine(RunConfig(task="tests.fake_task:FakeTask", paths=(str(root),), out=str(out),
+                                    progress="off", devices="cpu", engine=engine, **kw))
+
+    root = tree({"a.txt": "alpha\n", "gone.txt": "bye\n", "sub/b.txt": "beta\n"})
+    out = tmp_path / "out.parquet"
+    assert run("local").succeeded == 3
+    (root / "gone.txt").unlink()
+    unlistable(monkeypatch, root / "sub")
+    summary = run("ray", prune=True)  # nothing new to do: the driver walks and prunes, Ray never starts
+    assert (summary.pruned, summary.failed) == (1, 1)
+    assert rows_by_path(out) == ["a.txt", "sub/b.txt"]

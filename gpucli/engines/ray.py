@@ -247,7 +247,8 @@ class RayJob:
                                   num_gpus=plan.num_gpus, **_retries("max_retries"))
 
     def _unseen_rows(self) -> list[dict[str, Any]]:
-        return [{"sid": s.id, "path": s.path, "abspath": s.abspath, "size": s.size, "mtime_ns": s.mtime_ns,
+        return [{"sid": s.id, "path": s.path, "abspath": os.fsencode(s.abspath), "size": s.size,  # bytes: any name
+                 "mtime_ns": s.mtime_ns, "dev": str(s.dev), "ino": str(s.ino),  # may not fit an int64
                  "known": s.digest} for sid, s in self.sources.items() if sid in self.unseen]
 
     def _max_bytes(self) -> int:
@@ -568,7 +569,8 @@ class _Reader:
             if self.setup_error:
                 out.append(_row(rec["sid"], stage=SETUP, error=self.setup_error))
                 continue
-            source = Source(rec["sid"], rec["path"], rec["abspath"], rec["size"], rec["mtime_ns"])
+            source = Source(rec["sid"], rec["path"], os.fsdecode(rec["abspath"]), rec["size"], rec["mtime_ns"],
+                            dev=int(rec["dev"]), ino=int(rec["ino"]))
             known = Known(source.size, source.mtime_ns, rec["known"], "done") if rec["known"] else None
             result = read_source(source, self.task.prepare, self.max_bytes, known)
             if result.unchanged:
