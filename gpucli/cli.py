@@ -61,6 +61,9 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("engine", str, ("--engine",), "local | ray (default: local). ray needs: pip install 'gpucli[ray]'."),
     ("ray_address", str, ("--ray-address",), "Ray cluster address for --engine ray (default: RAY_ADDRESS, else "
                                              "a private local Ray)."),
+    ("state_dir", str, ("--state-dir",), "Where a Qdrant server output keeps its ledger, lock and failures "
+                                         "file: DIR/qdrant/HOST_PORT/COLLECTION (default: $XDG_STATE_HOME/gpucli, "
+                                         "else ~/.local/state/gpucli). Other outputs keep them beside themselves."),
 ]
 
 

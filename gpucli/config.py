@@ -48,6 +48,7 @@ class RunConfig:
     dtype: str = "auto"
     engine: str = "local"
     ray_address: str = ""
+    state_dir: str = ""  # where a Qdrant server output keeps its ledger ("" = $XDG_STATE_HOME/gpucli)
     queue_items: int = 0  # 0 = the task's default (bounded by memory per item)
     read_chunk_files: int = 0  # 0 = the task's default
     read_chunks_in_flight: int = 8

@@ -63,8 +63,10 @@ def points(storage: Path, collection: str) -> list:
 
 @pytest.fixture(autouse=True)
 def in_tmp(tmp_path, monkeypatch):
-    """Server mode writes its failures file and ledger to the current directory."""
+    """Server mode keeps its state under $XDG_STATE_HOME (here a temporary directory, never the
+    user's); earlier versions kept it in the current directory, which tests start in too."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
 
 
 @pytest.fixture
@@ -90,18 +92,18 @@ def test_targets_parse(target, url, path, collection):
     assert QdrantSink.accepts(target) and isinstance(open_sink(target), QdrantSink)
 
 
-def test_failures_file_and_state_places():
+def test_embedded_state_and_failures_file_live_beside_the_storage():
     assert QdrantSink("qdrant:./data/docs").failures_path == "data/docs.failures.jsonl"
     assert QdrantSink("qdrant:./data/docs").state_dir == Path("data/docs.gpucli")
-    assert QdrantSink("qdrant://h:1/docs").failures_path == "docs.failures.jsonl"
-    assert QdrantSink("qdrant://h:1/docs").state_dir == Path("docs.gpucli/h-1")
-    assert QdrantSink("qdrants://h/p/docs").state_dir == Path("docs.gpucli/h-6333-p")
+    assert QdrantSink("qdrant:./data/docs", state_dir="/elsewhere").state_dir == Path("data/docs.gpucli")
 
 
 @pytest.mark.parametrize("target,needle", [
     ("qdrant:docs", "qdrant:PATH/COLLECTION"),
     ("qdrant://host:6333/", "names no collection"),
     ("qdrant://host:6333/bad name", "collection name"),
+    ("qdrant://host:6333/..", "collection name"),
+    ("qdrant:./d/.", "collection name"),
     ("qdrant://host:99999/docs", "bad port"),
     ("qdrant:./d/docs?text=maybe", "text="),
     ("qdrant:./d/docs?batch=5000", "64-256"),

@@ -399,11 +399,11 @@ def test_ten_minute_recording(whisper):
 
 # --- funasr (a tiny random Paraformer built here) --------------------------------------------
 
-FUNASR_SCRIPT = textwrap.dedent('''
+TINY_PARAFORMER = textwrap.dedent('''
     import json, os, sys
     import numpy as np, torch, yaml
 
-    model_dir, wavs = sys.argv[1], sys.argv[2:]
+    model_dir = sys.argv[1]
     tokens = ["<blank>", "<s>", "</s>"] + list("abcdefghijklmnopqrstuvwxyz'") + ["<unk>"]
     conf = {
         "model": "Paraformer",
@@ -435,6 +435,11 @@ FUNASR_SCRIPT = textwrap.dedent('''
         yaml.safe_dump(conf, f)
     with open(os.path.join(model_dir, "tokens.json"), "w") as f:
         json.dump(tokens, f)
+
+''')
+
+FUNASR_SCRIPT = TINY_PARAFORMER + textwrap.dedent('''
+    wavs = sys.argv[2:]
 
     import contextlib
     with contextlib.redirect_stdout(sys.stderr):  # funasr prints notices at import
@@ -516,6 +521,107 @@ def test_funasr_tiny_paraformer_end_to_end(tmp_path):
     assert result["ours"] == result["theirs"]  # batched across files = funasr's own per-file call
     if importlib.util.find_spec("torchaudio") is None:
         assert result["torchaudio_used"] is False  # filterbanks came from kaldi-native-fbank
+
+
+# --- funasr: a model directory is data, never code -----------------------------------------
+
+needs_funasr = pytest.mark.skipif(importlib.util.find_spec("funasr") is None,
+                                  reason="funasr is not installed (extra [funasr])")
+
+
+def _remote_code_model(root: Path, config: dict, marker: Path, name: str = "config.yaml") -> Path:
+    """A funasr-looking model directory whose model.py would leave `marker` if it were imported."""
+    yaml = pytest.importorskip("yaml")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / name).write_text(yaml.safe_dump(config))
+    (root / "model.pt").write_bytes(b"")
+    (root / "model.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    (root / "requirements.txt").write_text("gpucli-test-package-that-must-never-be-installed==0.0.1\n")
+    return root
+
+
+@pytest.mark.parametrize("config", [
+    {"model": "Paraformer", "trust_remote_code": True, "remote_code": "./model.py"},
+    {"model": "Paraformer", "trust_remote_code": True},
+    {"model": "Paraformer", "remote_code": "./model.py"},
+    {"model": "Paraformer", "model_conf": {"trust_remote_code": "yes"}},
+])
+def test_funasr_model_dir_whose_config_asks_for_remote_code_is_refused(tmp_path, config):
+    from gpucli.tasks import _funasr
+
+    model = _remote_code_model(tmp_path / "m", config, tmp_path / "ran")
+    with pytest.raises(UsageError, match="asks to run its own code .* never runs code from a model directory"):
+        _funasr.check_model_dir(str(model))
+
+
+def test_funasr_configuration_json_and_the_config_it_names_are_checked_too(tmp_path):
+    from gpucli.tasks import _funasr
+
+    model = _remote_code_model(tmp_path / "m", {"model": "Paraformer", "trust_remote_code": True},
+                               tmp_path / "ran", name="inner.yaml")
+    (model / "configuration.json").write_text(json.dumps({"file_path_metas": {"config": "inner.yaml"}}))
+    with pytest.raises(UsageError, match=r"trust_remote_code in inner\.yaml"):
+        _funasr.check_model_dir(str(model))
+
+
+def test_funasr_model_dir_without_remote_code_passes_the_check(tmp_path):
+    from gpucli.tasks import _funasr
+
+    model = _remote_code_model(tmp_path / "m", {"model": "Paraformer", "trust_remote_code": False},
+                               tmp_path / "ran")
+    _funasr.check_model_dir(str(model))
+
+
+@needs_funasr
+def test_funasr_cli_refuses_a_remote_code_model_with_exit_2_and_runs_none_of_it(tmp_path):
+    from gpucli.tasks import _funasr
+
+    if _funasr.installed() is not None:
+        pytest.skip(_funasr.installed())
+    marker = tmp_path / "ran"
+    model = _remote_code_model(tmp_path / "evil-model", {"model": "Paraformer", "trust_remote_code": True,
+                                                         "remote_code": "./model.py"}, marker)
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / "quiet.wav").write_bytes(wav_bytes(np.zeros(SR, np.int16)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "gpucli", "transcribe", str(root), "--model", str(model),
+                           "--out", str(tmp_path / "t.parquet"), "--devices", "cpu", "--progress", "off"],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "asks to run its own code" in proc.stderr and "trust_remote_code" in proc.stderr
+    assert not marker.exists(), "model.py was imported"
+
+
+EVIL_CHECKPOINT = TINY_PARAFORMER + textwrap.dedent('''
+    marker = sys.argv[2]
+
+    class RunsCode:  # what a booby-trapped checkpoint holds: unpickling it calls exec
+        def __reduce__(self):
+            return (exec, (f"open({marker!r}, 'w').write('ran')",))
+
+    torch.save({"state_dict": RunsCode()}, os.path.join(model_dir, "model.pt"))
+    from gpucli.tasks._funasr import FunasrBackend
+    try:
+        FunasrBackend(model_dir, "cpu", 1, "")
+        error = ""
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    print(json.dumps({"error": error, "ran": os.path.exists(marker)}))
+''')
+
+
+@needs_funasr
+def test_funasr_checkpoint_holding_a_pickled_object_is_refused_by_weights_only(tmp_path):
+    marker = tmp_path / "ran"
+    # The environment asks torch to unpickle anything by default: gpucli's weights_only=True holds anyway.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    proc = subprocess.run([sys.executable, "-c", EVIL_CHECKPOINT, str(tmp_path / "tiny"), str(marker)],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ran"] is False and not marker.exists(), "unpickling the checkpoint ran its code"
+    assert "weights_only=True" in result["error"] and "state_dict" in result["error"], result["error"]
 
 
 # --- end to end through the CLI --------------------------------------------------------------

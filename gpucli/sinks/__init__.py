@@ -1,5 +1,5 @@
-"""Sink registry: every module in this package that defines a `Sink` subclass with a
-`name` is a sink; `--out` picks the first whose `accepts` says yes."""
+"""Sink registry: every module (or subpackage) of this package that defines a `Sink` subclass
+with a `name` is a sink; `--out` picks the first whose `accepts` says yes."""
 
 from __future__ import annotations
 
@@ -22,14 +22,17 @@ def all_sinks() -> list[type[Sink]]:
         module = importlib.import_module(f"{__name__}.{info.name}")
         for obj in vars(module).values():
             if isinstance(obj, type) and issubclass(obj, Sink) and obj is not Sink and obj.name:
-                if obj.__module__ == module.__name__:
+                if obj.__module__ == module.__name__ or obj.__module__.startswith(module.__name__ + "."):
                     found.append(obj)
     return found
 
 
-def open_sink(target: str) -> Sink:
+def open_sink(target: str, state_dir: str = "") -> Sink:
+    """The sink for `--out target`. `state_dir` (--state-dir) goes to the sinks that keep their
+    state apart from the output (`takes_state_dir`: a Qdrant server); the others keep it beside
+    the output and ignore it."""
     for cls in all_sinks():
         if cls.accepts(target):
-            return cls(target)
+            return cls(target, state_dir=state_dir) if getattr(cls, "takes_state_dir", False) else cls(target)
     names = ", ".join(f"{c.name} ({c.help})" for c in all_sinks())
     raise UsageError(f"--out {target!r}: no sink takes this output; use one of: {names}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any
 
+from gpucli import leftovers
 from gpucli.errors import InputError
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ WHITE = (255, 255, 255)
 _ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
 _WIDE_GREY_MODES = {"I", "I;16", "I;16L", "I;16B", "I;16N", "F"}
 _bombs_guarded = False
+_swept = False  # leftover blocks of killed runs, swept at the first pack of this process
 
 
 # --- decoding ----------------------------------------------------------------------------
@@ -219,7 +221,9 @@ class ShmPool:
     `pack` creates one block per batch and keeps its handle; `release` unlinks it. The parent
     alone owns the blocks: workers attach without registering them with the resource tracker
     (see `read_batch`), so a block is unlinked exactly once, by `release`, or by the parent's
-    resource tracker if the parent itself dies first.
+    resource tracker if the parent itself dies first. When the tracker dies too (the whole
+    process group SIGKILLed), the first `pack` of the next run in any process sweeps them
+    (leftovers.sweep_shm): only the parent packs, so workers never pay for the sweep.
     """
 
     def __init__(self) -> None:
@@ -228,6 +232,7 @@ class ShmPool:
     def pack(self, arrays: list[np.ndarray]) -> ShmBatch:
         import numpy as np
 
+        _sweep_once()
         shapes = tuple(tuple(int(d) for d in a.shape) for a in arrays)
         nbytes = sum(_size(shape) for shape in shapes)
         block = _create_block(max(nbytes, 1))
@@ -263,6 +268,13 @@ class ShmPool:
 
     def __len__(self) -> int:
         return len(self._blocks)
+
+
+def _sweep_once() -> None:
+    global _swept
+    if not _swept:
+        _swept = True
+        leftovers.sweep_shm()
 
 
 def _create_block(nbytes: int) -> shared_memory.SharedMemory:

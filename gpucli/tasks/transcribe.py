@@ -181,6 +181,8 @@ class TranscribeTask(Task):
             problem = _funasr.installed()
             if problem:
                 raise UsageError(problem)
+            if Path(self.model_path).is_dir():
+                _funasr.check_model_dir(self.model_path)
 
     def info(self) -> dict[str, str]:
         backend, path = getattr(self, "backend", ""), getattr(self, "model_path", "")
