@@ -54,6 +54,9 @@ DEFAULT_PORT = 6333
 DEFAULT_BATCH = 128
 BATCH_RANGE = (64, 256)
 PROBE_IDS = 1024
+# How the vectors were made (issue 14): `gpucli search` embeds queries with the recorded query prompt.
+PROMPT_KEYS = ("gpucli.pooling", "gpucli.normalize", "gpucli.prompt", "gpucli.prompt_name", "gpucli.query_prompt",
+               "gpucli.query_prompt_name")
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
 OPTIONS = {"text": "true/false: store chunk text in the payload (default true)",
            "batch": "points per upsert, 64-256 (default 128)"}
@@ -369,7 +372,7 @@ class QdrantSink(Sink):
         self.dims = _dims(schema, metadata)
         self.model = metadata.get("gpucli.model", "")
         self.metadata = {k: v for k, v in metadata.items() if k in ("gpucli.model", "gpucli.dims", "gpucli.version",
-                                                                      "gpucli.task")}
+                                                                      "gpucli.task") + PROMPT_KEYS}
         self.conn = Connection(self.parsed)
         name = self.parsed.collection
         try:
