@@ -274,6 +274,44 @@ def test_lower_case_is_a_tokenizer_normaliser_so_offsets_stay_in_the_original_te
     assert again == enc.ids  # applied once
 
 
+
+def _trained_bpe(pre_tokenizer: str):
+    """A small BPE tokenizer trained here: SentencePiece-style (Metaspace) or GPT-2-style (ByteLevel)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    if pre_tokenizer == "metaspace":
+        tokenizer.pre_tokenizer, tokenizer.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+        alphabet = []
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>"], initial_alphabet=alphabet)
+    tokenizer.train_from_iterator(TEXTS * 20 + ["query: passage: search_document: hello world"] * 20, trainer)
+    return tokenizer
+
+
+@pytest.mark.parametrize("kind", ["metaspace", "bytelevel"])
+def test_sentencepiece_and_byte_level_first_chunks_are_exactly_the_joint_tokenization(kind):
+    tokenizer = _trained_bpe(kind)
+    for prompt in ("query: ", "search_document: ", "query:"):
+        head = prompt_ids(tokenizer, prompt)
+        assert head and tokenizer.encode(prompt, add_special_tokens=False).ids[: len(head)] == head
+        for text in TEXTS + ["hello world", "zzz qqq", "  two spaces"]:
+            joint = tokenizer.encode(prompt + text, add_special_tokens=False)
+            cut, ids, offsets = split_prompt(joint.ids, joint.offsets, len(prompt), head)
+            assert cut == head and head + ids == joint.ids, (prompt, text)
+            assert offsets[-1][1] == len(text) and all(0 <= a <= b <= len(text) for a, b in offsets)
+
+
+def test_a_lone_space_token_the_text_did_not_absorb_goes_to_the_text_at_offset_zero():
+    tokenizer = _trained_bpe("bytelevel")
+    joint = tokenizer.encode("query: zzz", add_special_tokens=False)
+    head = prompt_ids(tokenizer, "query: ")
+    assert split_prompt(joint.ids, joint.offsets, 7)[0] == head + [joint.ids[len(head)]]  # "Ġ" on its own
+    cut, ids, offsets = split_prompt(joint.ids, joint.offsets, 7, head)
+    assert cut == head and offsets[0] == (0, 0) and ids[0] == joint.ids[len(head)]
+
 # --- pool against sentence-transformers' Pooling module ------------------------------------------------
 @pytest.mark.parametrize("mode", ["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken",
                                   ("cls", "mean")])
@@ -353,6 +391,12 @@ def test_every_chunk_of_a_long_document_starts_with_the_prompt_and_keeps_documen
     assert all(item.meta["text"] == text[item.meta["char_start"]:item.meta["char_end"]] for item in items)
     assert not any("passage" in item.meta["text"] for item in items)
 
+
+
+@pytest.mark.model
+def test_a_prompt_that_leaves_no_room_for_text_is_a_usage_error_naming_it(models):
+    with pytest.raises(UsageError, match="go to the prompt 'passage: '"):
+        _task(models["prompts"], prompt="passage", chunk_tokens=4, chunk_overlap=0)
 
 # --- end to end: the command, every row --------------------------------------------------------------
 def _cli_embed(tmp_path: Path, model: Path, *flags: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:

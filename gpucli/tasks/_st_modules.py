@@ -272,25 +272,45 @@ def _has_lowercase(normalizer: Any) -> bool:
 
 
 def prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
-    """The prompt's tokens without special tokens, as they stand at the head of `prompt + text`:
-    the tokens of `prompt + "x"` that end within the prompt (a trailing space then does not
-    become a token of its own, as it would for SentencePiece tokenizers encoding the prompt alone)."""
+    """The prompt's tokens without special tokens, up to its trailing whitespace: in `prompt +
+    text` that whitespace joins the text's first word (`▁hello`, `Ġhello`) for SentencePiece and
+    byte-level vocabularies, and WordPiece drops it; tokens before it are the same alone or joined.
+    Every chunk is [CLS] + prompt_ids + its window + [SEP]."""
     if not prompt:
         return []
-    enc = tokenizer.encode(prompt + "x", add_special_tokens=False)
-    return split_prompt(enc.ids, enc.offsets, len(prompt))[0]
+    enc = tokenizer.encode(prompt, add_special_tokens=False)
+    end = len(prompt.rstrip())
+    ids = []
+    for token, (_, stop) in zip(enc.ids, enc.offsets):
+        if stop > end:
+            break
+        ids.append(token)
+    return ids
 
 
-def split_prompt(ids: list[int], offsets: list[tuple[int, int]], prompt_chars: int
-                 ) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+def split_prompt(ids: list[int], offsets: list[tuple[int, int]], prompt_chars: int,
+                 head: list[int] | None = None) -> tuple[list[int], list[int], list[tuple[int, int]]]:
     """Cut the encoding of `prompt + text` (no special tokens) into (prompt ids, text ids, text
     offsets into `text`). A token that straddles the boundary belongs to the text, its offset
-    clamped to 0."""
+    clamped to 0. With `head` (the prompt's `prompt_ids`), tokens after it that still lie in the
+    prompt (a lone `▁` that did not join the text's first word) go to the text at offset (0, 0), so
+    that head + the first window is exactly sentence-transformers' joint tokenization."""
     cut = 0
     while cut < len(ids) and offsets[cut][0] < prompt_chars and offsets[cut][1] <= prompt_chars:
         cut += 1
+    if head is not None and len(head) < cut and list(ids[: len(head)]) == list(head):
+        cut = len(head)
     text_offsets = [(max(0, start - prompt_chars), max(0, end - prompt_chars)) for start, end in offsets[cut:]]
     return list(ids[:cut]), list(ids[cut:]), text_offsets
+
+
+def pooled_prompt_length(tokenizer: Any, prompt: str, special_prefix: list[int]) -> int:
+    """How many leading tokens a Pooling with include_prompt = false leaves out, measured as
+    sentence-transformers measures it: the special prefix ([CLS]) + the prompt tokenized alone
+    (for SentencePiece vocabularies that counts a trailing lone `▁` too, as it does)."""
+    if not prompt:
+        return 0
+    return len(special_prefix) + len(tokenizer.encode(prompt, add_special_tokens=False).ids)
 
 
 # --- pooling (worker side) ----------------------------------------------------------------------

@@ -16,8 +16,8 @@ from typing import Any
 
 from gpucli.errors import InputError, UsageError
 from gpucli.records import Item, Source
-from gpucli.tasks._st_modules import (apply_lower_case, pool, prompt_ids, read_model_config, resolve_prompts,
-                                      split_prompt)
+from gpucli.tasks._st_modules import (apply_lower_case, pool, pooled_prompt_length, prompt_ids, read_model_config,
+                                      resolve_prompts, split_prompt)
 from gpucli.tasks._st_modules import info as st_info
 from gpucli.tasks._text import decode_text
 from gpucli.tasks.base import ModelEntry, Task
@@ -117,8 +117,9 @@ class EmbedTask(Task):
         self.prefix, self.suffix = _special_tokens(self.tokenizer)
         self.use_prompt(self.prompts.document)  # model fidelity (issue 14): the prompt's tokens shorten the window
         if self.window < 1 or self.options.chunk_overlap >= self.window:
+            taken = f" ({len(self.prompt_ids)} go to the prompt {self.prompt!r})" if self.prompt_ids else ""  # issue 14
             raise UsageError(f"--chunk-overlap {self.options.chunk_overlap} must be below the chunk's "
-                             f"{self.window} text tokens")
+                             f"{self.window} text tokens{taken}")
         hidden = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
         self.dims = hidden * len(self.st.pooling)  # model fidelity (issue 14): modes concatenate
         if not self.dims:
@@ -130,7 +131,7 @@ class EmbedTask(Task):
         (`gpucli search`). Needs the tokenizer; the window shrinks by the prompt's tokens."""
         self.prompt = prompt
         self.prompt_ids = prompt_ids(self.tokenizer, prompt)
-        self.prompt_length = len(self.prefix) + len(self.prompt_ids)  # what include_prompt=false leaves out
+        self.prompt_length = pooled_prompt_length(self.tokenizer, prompt, self.prefix)  # include_prompt=false
         self.window = self.max_tokens - len(self.prefix) - len(self.suffix) - len(self.prompt_ids)
     # --- end model fidelity ---
 
@@ -151,7 +152,7 @@ class EmbedTask(Task):
             raise InputError("decode", "no text (the file holds only whitespace)")
         # model fidelity (issue 14): tokenized as prompt + text, as sentence-transformers does; offsets into text
         enc = self.tokenizer.encode(self.prompt + text, add_special_tokens=False)
-        _, ids, offsets = split_prompt(enc.ids, enc.offsets, len(self.prompt))
+        _, ids, offsets = split_prompt(enc.ids, enc.offsets, len(self.prompt), self.prompt_ids)
         if not ids:
             raise InputError("preprocess", "the tokenizer found no tokens in this text")
         items = []
@@ -218,7 +219,7 @@ def _prompt_length(st: Any, options: EmbedOptions) -> int:
         return 0
     tokenizer = apply_lower_case(load_tokenizer(st.transformer_dir), st)
     prompt = resolve_prompts(st, options.prompt, options.prefix).document
-    return len(_special_tokens(tokenizer)[0]) + len(prompt_ids(tokenizer, prompt))
+    return pooled_prompt_length(tokenizer, prompt, _special_tokens(tokenizer)[0])
 
 
 def local_model_dir(model: str) -> str:
