@@ -474,3 +474,13 @@ def test_unknown_prompt_name_exits_2_before_any_work(tmp_path, models):
     result = CliRunner().invoke(app, ["embed", str(tmp_path / "a.txt"), "--model", str(models["prompts"]),
                                       "--devices", "cpu", "--out", str(tmp_path / "o.parquet"), "--prompt", "nope"])
     assert result.exit_code == 2 and "no such prompt" in result.stderr and "passage" in result.stderr
+
+
+def test_fingerprint_leaves_out_what_equals_the_old_behaviour_so_default_model_outputs_stay_incremental():
+    from gpucli.tasks._st_modules import fingerprint_info
+
+    old = {"gpucli.model": "minilm", "gpucli.dims": "384"}
+    default_model = {**old, **info(read_model_config(_minilm()), None, Prompts(query="", query_name=""))}
+    assert fingerprint_info(default_model) == old
+    cls_model = {**old, **info(EmbedModelConfig("m", "m", "sentence-transformers", ("cls",)), None, Prompts("p: "))}
+    assert fingerprint_info(cls_model) == {**old, "gpucli.pooling": "cls", "gpucli.prompt": "p: "}

@@ -369,3 +369,18 @@ def info(config: EmbedModelConfig, normalize: bool | None, prompts: Prompts) -> 
             else "default", "gpucli.normalize": str(config.normalize_with(normalize)).lower(),
             "gpucli.normalize_source": config.normalize_source(normalize),
             "gpucli.lower_case": str(config.do_lower_case).lower(), **prompts.info()}
+
+
+# How every output was embedded before gpucli read the model's modules (mean pooling, normalised,
+# no prompt, no added lower-casing): an output's ledger fingerprint leaves these values out, so an
+# output whose vectors do not change (the default model's) stays incremental after the upgrade,
+# while one whose vectors do (a CLS model's) asks for --full.
+PRE_FIDELITY = {"gpucli.pooling": "mean", "gpucli.normalize": "true", "gpucli.prompt": "", "gpucli.lower_case": "false"}
+DESCRIPTIVE_KEYS = ("gpucli.pooling_source", "gpucli.normalize_source", "gpucli.prompt_name", "gpucli.query_prompt",
+                    "gpucli.query_prompt_name")
+
+
+def fingerprint_info(metadata: dict[str, str]) -> dict[str, str]:
+    """The output metadata that the ledger's settings fingerprint should hold: what changes the
+    vectors, less what equals the behaviour before issue 14, less what only describes."""
+    return {k: v for k, v in metadata.items() if k not in DESCRIPTIVE_KEYS and PRE_FIDELITY.get(k) != v}
