@@ -93,12 +93,14 @@ def _option(name: str, kind: Any, flags: tuple[str, ...], help_text: str) -> ins
 
 
 def _task_parameters(task_cls: type) -> list[inspect.Parameter]:
+    from gpucli.config import field_types
+
     params = []
     for f in dataclasses.fields(task_cls.Options):
         flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
         default = f.default if f.default is not dataclasses.MISSING else None
-        kind = {"int": int, "float": float, "str": str, "bool": bool}.get(str(f.type), f.type)
-        help_text = f"{f.metadata.get('help', '')} (default: {default})"
+        kind = field_types(task_cls.Options)[f.name]  # `bool | None` -> bool: None is "not given"
+        help_text = f"{f.metadata.get('help', '')} (default: {f.metadata.get('default_help', default)})"
         params.append(_option(f.name, kind, (flag,), help_text))
     return params
 

@@ -2,7 +2,10 @@
 
 The query is embedded in-process by the same code the workers run (`EmbedTask.prepare` +
 `predict`), with the model the output names: Parquet file metadata `gpucli.model`, or the
-Qdrant collection's metadata (falling back to the `model` payload of its points).
+Qdrant collection's metadata (falling back to the `model` payload of its points). The query gets
+the query prompt the output's metadata names (`gpucli.query_prompt`, written by `gpucli embed`),
+or, for an output made before gpucli wrote it, the model's own query prompt; pooling follows the
+model's modules as for documents (`gpucli.tasks._st_modules`).
 A Parquet dataset is scanned in record batches with a running top-k (memory bounded by
 one batch, whatever the dataset's size); a Qdrant collection is asked with `query_points`.
 """
@@ -55,7 +58,7 @@ def search(where: str, query: str, k: int = 10) -> SearchResult:
     index = open_index(where)
     try:
         t0 = time.perf_counter()
-        vector = embed_query(index.model, query)
+        vector = embed_query(index.model, query, index.query_prompt)
         if vector.shape[0] != index.dims:
             raise UsageError(f"--in {index.display}: model {index.model!r} now makes {vector.shape[0]}-d vectors, "
                              f"but the output holds {index.dims}-d ones")
@@ -74,14 +77,15 @@ def open_index(where: str) -> ParquetIndex | QdrantIndex:
 
 
 # --- the query --------------------------------------------------------------------------------
-def embed_query(model: str, query: str) -> Any:
+def embed_query(model: str, query: str, prompt: str | None = None) -> Any:
     """One unit vector for the query (see `embed_queries`)."""
-    return embed_queries(model, [query])[0]
+    return embed_queries(model, [query], prompt)[0]
 
 
-def embed_queries(model: str, queries: list[str]) -> list[Any]:
+def embed_queries(model: str, queries: list[str], prompt: str | None = None) -> list[Any]:
     """Unit vectors from the code the workers run, the model loaded once. A query longer than
-    the model's window is cut into chunks as a document would be, and their vectors averaged."""
+    the model's window is cut into chunks as a document would be, and their vectors averaged.
+    `prompt`: the query prompt the output recorded; None = the model's own query prompt."""
     import numpy as np
 
     from gpucli.records import Source
@@ -91,6 +95,7 @@ def embed_queries(model: str, queries: list[str]) -> list[Any]:
     task = EmbedTask(TaskSpec("embed", model))
     task.open()
     task.setup("cpu")
+    task.use_prompt(task.prompts.query if prompt is None else prompt)  # after setup, which sets the document's
     vectors = []
     for query in queries:
         try:
@@ -121,6 +126,7 @@ class ParquetIndex:
             raise UsageError(f"--in {where}: not a Parquet output ({type(exc).__name__}: {exc})") from None
         meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
         self.model = meta.get("gpucli.model", "")
+        self.query_prompt = meta.get("gpucli.query_prompt")  # None: an output made before prompts were recorded
         self.columns = [c for c in ("path", "chunk", "text", "char_start", "char_end") if c in schema.names]
         if not self.model or "embedding" not in schema.names or "path" not in schema.names:
             raise UsageError(f"--in {where}: not a gpucli embed output (no gpucli.model metadata or no "
@@ -196,7 +202,9 @@ class QdrantIndex:
             raise UsageError(f"--in {self.display}: no such collection")
         info = self.conn.call("reading the collection", lambda: client.get_collection(name))
         self.dims, _ = vector_params(info, self.display)
-        self.model = (getattr(info.config, "metadata", None) or {}).get("gpucli.model", "")
+        metadata = getattr(info.config, "metadata", None) or {}
+        self.model = metadata.get("gpucli.model", "")
+        self.query_prompt = metadata.get("gpucli.query_prompt")  # None: not recorded (older output)
         if not self.model:  # a collection made by hand or by an older server: ask a point
             points, _ = self.conn.call("reading a point", lambda: client.scroll(name, limit=1, with_payload=["model"]))
             self.model = (points[0].payload or {}).get("model", "") if points else ""

@@ -26,13 +26,14 @@ from tests.fake_task import FAKE
 runner = CliRunner()
 
 
-def write_output(out: Path, vectors: np.ndarray, parts: int = 3, model: str = "test-model") -> list[dict]:
+def write_output(out: Path, vectors: np.ndarray, parts: int = 3, model: str = "test-model",
+                 metadata: dict[str, str] | None = None) -> list[dict]:
     """A Parquet dataset shaped like an embed output, written with pyarrow directly."""
     out.mkdir(parents=True)
     dims = vectors.shape[1]
     schema = pa.schema([("path", pa.string()), ("chunk", pa.int32()), ("char_start", pa.int64()),
                         ("char_end", pa.int64()), ("text", pa.string()), ("embedding", pa.list_(pa.float32(), dims))],
-                       metadata={"gpucli.model": model, "gpucli.dims": str(dims)})
+                       metadata={"gpucli.model": model, "gpucli.dims": str(dims), **(metadata or {})})
     rows = [{"path": f"f{i // 4}.txt", "chunk": i % 4, "text": f"text of row {i}"} for i in range(len(vectors))]
     for p, idx in enumerate(np.array_split(np.arange(len(vectors)), parts)):
         table = pa.Table.from_arrays([
@@ -49,8 +50,8 @@ def fixed_query(monkeypatch):
     """Replace the model: the query vector is whatever the test sets."""
     holder = {}
 
-    def fake(model: str, queries: list[str]):
-        holder["model"] = model
+    def fake(model: str, queries: list[str], prompt: str | None = None):
+        holder["model"], holder["prompt"] = model, prompt
         return [np.asarray(holder["vector"], dtype=np.float32) / np.linalg.norm(holder["vector"]) for _ in queries]
 
     monkeypatch.setattr(search_mod, "embed_queries", fake)
@@ -72,6 +73,15 @@ def test_streamed_topk_matches_brute_force(tmp_path, monkeypatch, fixed_query, k
     assert [h.score for h in result.hits] == pytest.approx(cosines[want], abs=1e-5)
     assert result.hits[0].text == rows[want[0]]["text"] and result.hits[0].char_end == 10
     assert fixed_query["model"] == "test-model" and result.rows_scanned == 200
+
+
+@pytest.mark.parametrize("metadata, prompt", [({"gpucli.query_prompt": "query: "}, "query: "),
+                                              ({"gpucli.query_prompt": ""}, ""), ({}, None)])
+def test_query_is_embedded_with_the_query_prompt_the_output_recorded(tmp_path, fixed_query, metadata, prompt):
+    write_output(tmp_path / "out.parquet", np.eye(4), metadata=metadata)
+    fixed_query["vector"] = [1.0, 0, 0, 0]
+    search(str(tmp_path / "out.parquet"), "anything", 2)
+    assert fixed_query["prompt"] == prompt  # None: an older output, so the model's own query prompt
 
 
 @pytest.mark.parametrize("make,needle", [

@@ -2,8 +2,9 @@
 
 The parent decodes and tokenizes once (fast tokenizer, in reader threads) and cuts token
 windows of the model's maximum length with overlap, recording char offsets: long
-documents are chunked, never silently truncated. Workers get token ids and run the model:
-mean pooling over the attention mask and L2 normalisation, as sentence-transformers does.
+documents are chunked, never silently truncated. Workers get token ids and run the model,
+then pool and normalise as the model's sentence-transformers modules say (`_st_modules`):
+the vectors equal `SentenceTransformer(dir).encode_document(texts)`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 
 from gpucli.errors import InputError, UsageError
 from gpucli.records import Item, Source
+from gpucli.tasks._st_modules import (apply_lower_case, pool, pooled_prompt_length, prompt_ids, read_model_config,
+                                      resolve_prompts, split_prompt)
+from gpucli.tasks._st_modules import info as st_info
 from gpucli.tasks._text import decode_text
 from gpucli.tasks.base import ModelEntry, Task
 
@@ -47,8 +51,17 @@ class EmbedOptions:
         "help": "Tokens per chunk, special tokens included (0 = the model's maximum).", "flag": "--chunk-tokens"})
     chunk_overlap: int = field(default=32, metadata={
         "help": "Tokens shared by consecutive chunks of a long document.", "flag": "--chunk-overlap"})
-    normalize: bool = field(default=True, metadata={
-        "help": "L2-normalise vectors (cosine similarity = dot product).", "flag": "--normalize/--no-normalize"})
+    # --- model fidelity (issue 14): None = as the model's modules say ----------------------------------------
+    normalize: bool | None = field(default=None, metadata={
+        "help": "L2-normalise vectors, or not, whatever the model's modules say.", "flag": "--normalize/--no-normalize",
+        "default_help": "as the model's modules say; on for a model without them"})
+    prompt: str = field(default="", metadata={
+        "help": "Name of a prompt in the model's config_sentence_transformers.json to put before every chunk.",
+        "flag": "--prompt", "default_help": "its document/passage/corpus prompt, else its default one"})
+    prefix: str = field(default="", metadata={
+        "help": "Text to put before every chunk, instead of a named prompt.", "flag": "--prefix",
+        "default_help": "none"})
+    # --- end model fidelity --------------------------------------------------------------------------------
 
     def __post_init__(self) -> None:
         if self.chunk_tokens < 0 or self.chunk_overlap < 0:
@@ -91,24 +104,41 @@ class EmbedTask(Task):
     def open(self) -> None:
         """Tokenizer and config only: the parent never imports torch or transformers for
         embed (importing them costs seconds that the workers are already paying)."""
-        self.path = local_model_dir(self.spec.model)
-        self.tokenizer = load_tokenizer(self.path)
+        # --- model fidelity (issue 14): the model's modules, prompts and lower-casing ---
+        self.st = read_model_config(local_model_dir(self.spec.model))
+        self.prompts = resolve_prompts(self.st, self.options.prompt, self.options.prefix)
+        self.path = self.st.transformer_dir  # the model directory itself, but for old 0_BERT/ layouts
+        self.tokenizer = apply_lower_case(load_tokenizer(self.path), self.st)
+        # --- end model fidelity ---
         config = json.loads((Path(self.path) / "config.json").read_text(encoding="utf-8"))
         self.max_tokens = _max_tokens(self.path, config)
         if self.options.chunk_tokens:
             self.max_tokens = min(self.max_tokens, self.options.chunk_tokens)
         self.prefix, self.suffix = _special_tokens(self.tokenizer)
-        self.window = self.max_tokens - len(self.prefix) - len(self.suffix)
+        self.use_prompt(self.prompts.document)  # model fidelity (issue 14): the prompt's tokens shorten the window
         if self.window < 1 or self.options.chunk_overlap >= self.window:
+            taken = f" ({len(self.prompt_ids)} go to the prompt {self.prompt!r})" if self.prompt_ids else ""  # issue 14
             raise UsageError(f"--chunk-overlap {self.options.chunk_overlap} must be below the chunk's "
-                             f"{self.window} text tokens")
-        self.dims = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
+                             f"{self.window} text tokens{taken}")
+        hidden = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
+        self.dims = hidden * len(self.st.pooling)  # model fidelity (issue 14): modes concatenate
         if not self.dims:
             raise UsageError(f"model {self.spec.model!r}: config.json names no hidden size; is it a text encoder?")
 
+    # --- model fidelity (issue 14) ---
+    def use_prompt(self, prompt: str) -> None:
+        """Put `prompt` before every chunk: the document prompt (open), or the query prompt
+        (`gpucli search`). Needs the tokenizer; the window shrinks by the prompt's tokens."""
+        self.prompt = prompt
+        self.prompt_ids = prompt_ids(self.tokenizer, prompt)
+        self.prompt_length = pooled_prompt_length(self.tokenizer, prompt, self.prefix)  # include_prompt=false
+        self.window = self.max_tokens - len(self.prefix) - len(self.suffix) - len(self.prompt_ids)
+    # --- end model fidelity ---
+
     def info(self) -> dict[str, str]:
         return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
-                "gpucli.max_tokens": str(self.max_tokens)}
+                "gpucli.max_tokens": str(self.max_tokens),
+                **st_info(self.st, self.options.normalize, self.prompts)}  # model fidelity (issue 14)
 
     def schema(self):
         import pyarrow as pa
@@ -120,13 +150,14 @@ class EmbedTask(Task):
         text = decode_text(data)
         if not text.strip():
             raise InputError("decode", "no text (the file holds only whitespace)")
-        enc = self.tokenizer.encode(text, add_special_tokens=False)
-        ids, offsets = enc.ids, enc.offsets
+        # model fidelity (issue 14): tokenized as prompt + text, as sentence-transformers does; offsets into text
+        enc = self.tokenizer.encode(self.prompt + text, add_special_tokens=False)
+        _, ids, offsets = split_prompt(enc.ids, enc.offsets, len(self.prompt), self.prompt_ids)
         if not ids:
             raise InputError("preprocess", "the tokenizer found no tokens in this text")
         items = []
         for index, (start, end) in enumerate(windows(len(ids), self.window, self.options.chunk_overlap)):
-            payload = self.prefix + ids[start:end] + self.suffix
+            payload = self.prefix + self.prompt_ids + ids[start:end] + self.suffix
             char_start, char_end = offsets[start][0], offsets[end - 1][1]
             meta = {"chunk": index, "char_start": char_start, "char_end": char_end, "text": text[char_start:char_end]}
             items.append(Item(source.id, index, payload, len(payload), meta))
@@ -142,7 +173,11 @@ class EmbedTask(Task):
         logging.disable_progress_bar()
         self.device = torch.device(device)
         dtype = _torch_dtype(self.spec.dtype, device)
-        path = local_model_dir(self.spec.model)
+        # --- model fidelity (issue 14) ---
+        self.st = read_model_config(local_model_dir(self.spec.model))
+        self.prompt_length = _prompt_length(self.st, self.options)
+        path = self.st.transformer_dir
+        # --- end model fidelity ---
         self.model = AutoModel.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.pad_id = int(getattr(self.model.config, "pad_token_id", 0) or 0)
         self.predict([[self.pad_id, self.pad_id]])  # first-call set-up (kernels, pools) before "ready"
@@ -159,11 +194,8 @@ class EmbedTask(Task):
         ids, mask = ids.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
         with torch.inference_mode():
             hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
-            weights = mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-            if self.options.normalize:
-                pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
-        vectors = pooled.float().cpu().numpy()
+            pooled = pool(hidden, mask, self.st, self.options.normalize, self.prompt_length)  # issue 14
+        vectors = pooled.cpu().numpy()
         return [{"embedding": vector} for vector in vectors]
 
 
@@ -178,6 +210,16 @@ def windows(count: int, window: int, overlap: int) -> list[tuple[int, int]]:
         if end >= count:
             return spans
         start += step
+
+
+def _prompt_length(st: Any, options: EmbedOptions) -> int:
+    """[CLS] + document prompt tokens: what a Pooling with include_prompt = false leaves out. Only
+    such models need the tokenizer in the worker. (Model fidelity, issue 14.)"""
+    if st.include_prompt:
+        return 0
+    tokenizer = apply_lower_case(load_tokenizer(st.transformer_dir), st)
+    prompt = resolve_prompts(st, options.prompt, options.prefix).document
+    return pooled_prompt_length(tokenizer, prompt, _special_tokens(tokenizer)[0])
 
 
 def local_model_dir(model: str) -> str:

@@ -34,6 +34,9 @@ PROBE_IDS = 1024
 def point_id(path: str, chunk: int) -> str:
     """Deterministic id of one chunk of one file: reruns upsert in place."""
     return str(uuid.uuid5(NAMESPACE, f"{path}\x00{chunk}"))
+# How the vectors were made (issue 14): `gpucli search` embeds queries with the recorded query prompt.
+PROMPT_KEYS = ("gpucli.pooling", "gpucli.normalize", "gpucli.prompt", "gpucli.prompt_name", "gpucli.query_prompt",
+               "gpucli.query_prompt_name")
 
 
 class QdrantSink(Sink):
@@ -85,7 +88,7 @@ class QdrantSink(Sink):
         self.dims = _dims(schema, metadata)
         self.model = metadata.get("gpucli.model", "")
         self.metadata = {k: v for k, v in metadata.items() if k in ("gpucli.model", "gpucli.dims", "gpucli.version",
-                                                                      "gpucli.task")}
+                                                                      "gpucli.task") + PROMPT_KEYS}
         self.conn = Connection(self.parsed)
         name = self.parsed.collection
         try:
