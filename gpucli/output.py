@@ -11,10 +11,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from gpucli.errors import UsageError
+from gpucli.errors import LockedError, UsageError
 from gpucli.records import Failure, Source
 from gpucli.sinks import Sink, open_sink
-from gpucli.state import Ledger, RunLock, fingerprint
+from gpucli.state import Ledger, RunLock
 from gpucli.writer import FailureLog
 
 
@@ -44,7 +44,7 @@ class Output:
         try:
             self._open(schema, metadata, settings)
         except BaseException as exc:
-            if created:
+            if created and not isinstance(exc, LockedError):  # a lock held by another: its files, not ours
                 _remove_created(created)
             if isinstance(exc, OSError) and exc.filename is not None:
                 raise UsageError(f"--out {self.display}: cannot use it: {_os_message(exc)}") from None
