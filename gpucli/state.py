@@ -150,7 +150,7 @@ class Ledger:
         if stored is None:
             return True
         legacy = self.meta("schema_version") is None
-        if stored == value or (legacy and legacy_match(stored, settings)):
+        if stored == value or (legacy and legacy_match(stored, settings)) or self._only_new_options(settings):
             if legacy or self.meta("settings") != settings_json(settings):
                 self._stamp(value, settings)
             return full
@@ -158,6 +158,18 @@ class Ledger:
             return True
         raise UsageError(f"this output was made with other settings ({self._describe(settings)}): "
                          "choose a new --out, or pass --full to rebuild it with the new settings")
+
+    def _only_new_options(self, settings: dict) -> bool:
+        """The stored settings, and options it did not know of (added by a later gpucli, at
+        their defaults): the same output, so an upgrade that adds an option needs no --full."""
+        old = self.meta("settings")
+        if old is None:
+            return False
+        known = json.loads(old)
+        current = json.loads(settings_json(settings))
+        current["options"] = {k: v for k, v in (current.get("options") or {}).items()
+                              if k in (known.get("options") or {})}
+        return current == known
 
     def _describe(self, settings: dict) -> str:
         old = self.meta("settings")

@@ -24,6 +24,7 @@ from gpucli import pipeline
 from gpucli.errors import UsageError
 from gpucli.sinks.jsonl import JsonlSink
 from gpucli.sinks.parquet import ParquetSink
+from gpucli.state import Ledger, fingerprint, legacy_match
 from tests.fake_task import FAKE, FakeOptions
 from tests.test_pipeline import read_rows, run_fake
 
@@ -383,3 +384,23 @@ def test_other_settings_are_named_with_their_old_and_new_values(tree, tmp_path, 
     run_fake([root], out)
     with pytest.raises(UsageError, match=r"options\.sleep_ms: 0\.0 -> 2"):
         run_fake([root], out, {"sleep_ms": 2})
+
+
+def test_legacy_fingerprint_matches_when_the_given_options_are_a_subset_of_the_effective_ones():
+    base = {"task": "embed", "model": "m", "dtype": "auto", "info": {"gpucli.dims": "4"}, "weights": []}
+    legacy = fingerprint({**base, "options": {"chunk_overlap": 32}})  # 0.1: `--chunk-overlap 32` given
+    assert legacy_match(legacy, {**base, "options": {"chunk_overlap": 32, "chunk_tokens": 256}})
+    assert not legacy_match(legacy, {**base, "options": {"chunk_overlap": 16, "chunk_tokens": 256}})
+    assert legacy_match(fingerprint({**base, "options": {}}), {**base, "options": {"chunk_overlap": 16}})
+
+
+def test_an_option_added_by_a_later_version_needs_no_full_but_a_changed_one_does(tmp_path):
+    ledger = Ledger(tmp_path / "state")
+    settings = {"task": "embed", "model": "m", "options": {"chunk_overlap": 32}}
+    assert ledger.check_settings(settings, full=False)
+    ledger.reset(settings)
+    grown = {**settings, "options": {"chunk_overlap": 32, "new_knob": 1}}
+    assert not ledger.check_settings(grown, full=False)
+    with pytest.raises(UsageError, match=r"options\.chunk_overlap: 32 -> 16"):
+        ledger.check_settings({**settings, "options": {"chunk_overlap": 16, "new_knob": 1}}, full=False)
+    ledger.close()
