@@ -66,6 +66,7 @@ class JsonlSink(Sink):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "ab")
         self._size = os.fstat(self._file.fileno()).st_size
+        _fsync_dir(self.path.parent)  # a new file's name is durable before the ledger counts its rows
 
     # --- writes --------------------------------------------------------------------------------
     def write(self, table) -> str | None:
@@ -126,19 +127,14 @@ class JsonlSink(Sink):
         after: dict[str, tuple[int, int]] = {}
         with open(self.path, "rb") as src, open(self._tmp, "wb") as dst:
             for name, (start, end) in sorted(self._ranges.items(), key=lambda item: item[1]):
-                src.seek(start)
-                block = src.read(end - start)
-                if name in drop:
-                    block = b"".join(line for line in block.splitlines(keepends=True)
-                                     if json.loads(line)["path"] not in drop[name])
                 begin = dst.tell()
-                dst.write(block)
-                new = f"bytes={begin}-{begin + len(block)}" if block else None
-                renamed[name] = new
-                if new is not None:
-                    after[new] = (begin, begin + len(block))
+                _copy_range(src, dst, start, end, drop.get(name, set()))
+                renamed[name] = f"bytes={begin}-{dst.tell()}" if dst.tell() > begin else None
+                if renamed[name] is not None:
+                    after[renamed[name]] = (begin, dst.tell())
             dst.flush()
             os.fsync(dst.fileno())
+        _fsync_dir(self.path.parent)  # the copy survives a power cut once the ledger names it
         self._next_ranges = after
         return Rewrite({old: new for old, new in renamed.items() if old != new}, self._tmp.name)
 
@@ -157,6 +153,18 @@ class JsonlSink(Sink):
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _copy_range(src, dst, start: int, end: int, drop: set[str]) -> None:
+    """Copy bytes [start, end) line by line, without the lines of the `drop` paths (streamed:
+    a range can be a whole file taken over from gpucli 0.1)."""
+    src.seek(start)
+    while src.tell() < end:
+        data = src.read(min(end - src.tell(), 1 << 20)) if not drop else src.readline(end - src.tell())
+        if not data:
+            break  # a file cut short by hand: what is there is all there is
+        if not drop or json.loads(data)["path"] not in drop:
+            dst.write(data)
 
 
 def _span(name: str) -> tuple[int, int]:
