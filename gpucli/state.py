@@ -149,7 +149,11 @@ class Ledger:
         value, stored = fingerprint(settings), self.meta("fingerprint")
         if stored is None:
             return True
-        legacy = self.meta("schema_version") is None
+        version = self.meta("schema_version")
+        if version is not None and int(version) > int(SCHEMA_VERSION):
+            raise UsageError(f"this output's ledger was written by a newer gpucli (ledger schema {version}; this one "
+                             f"knows {SCHEMA_VERSION}): upgrade gpucli, or choose a new --out")
+        legacy = version is None
         if stored == value or (legacy and legacy_match(stored, settings)) or self._only_new_options(settings):
             if legacy or self.meta("settings") != settings_json(settings):
                 self._stamp(value, settings)

@@ -304,10 +304,11 @@ def test_an_unusable_out_is_one_error_line_exit_2_and_leaves_nothing(tree, tmp_p
     assert leftover is None or not (tmp_path / leftover).exists()
 
 
-def test_an_out_in_a_directory_without_write_permission_is_exit_2(tree, tmp_path):
+@pytest.mark.parametrize("mode", [0o555, 0o000], ids=["read-only", "no-permission"])
+def test_an_out_in_a_directory_without_write_permission_is_exit_2(tree, tmp_path, mode):
     root = tree({"a.txt": "alpha\n"})
     parent = tmp_path / "readonly"
-    parent.mkdir(mode=0o555)
+    parent.mkdir(mode=mode)
     code = textwrap.dedent(f"""
         import dataclasses, sys
         sys.path.insert(0, {str(ROOT)!r})
@@ -403,4 +404,14 @@ def test_an_option_added_by_a_later_version_needs_no_full_but_a_changed_one_does
     assert not ledger.check_settings(grown, full=False)
     with pytest.raises(UsageError, match=r"options\.chunk_overlap: 32 -> 16"):
         ledger.check_settings({**settings, "options": {"chunk_overlap": 16, "new_knob": 1}}, full=False)
+    ledger.close()
+
+
+def test_a_ledger_of_a_newer_gpucli_is_refused(tmp_path):
+    ledger = Ledger(tmp_path / "state")
+    settings = {"task": "embed", "model": "m", "options": {}}
+    ledger.reset(settings)
+    ledger.set_meta("schema_version", "99")
+    with pytest.raises(UsageError, match="newer gpucli"):
+        ledger.check_settings(settings, full=True)
     ledger.close()
