@@ -177,6 +177,17 @@ def test_jsonl_output_of_gpucli_0_1_is_taken_over_and_stays_exact(tree, tmp_path
     assert jsonl_rows(out) == expected_rows(root)
 
 
+def test_jsonl_file_cut_outside_gpucli_asks_for_full_instead_of_trusting_its_ledger(tree, tmp_path):
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
+    out = tmp_path / "rows.jsonl"
+    run_fake([root], out)
+    out.write_text("")
+    with pytest.raises(UsageError, match="--full"):
+        run_fake([root], out)
+    assert run_fake([root], out, incremental=False).succeeded == 2
+    assert jsonl_rows(out) == expected_rows(root)
+
+
 # --- item 3: Parquet part names are never reused -------------------------------------------------
 def test_a_part_name_is_not_reused_after_prune_and_a_crash(tree, tmp_path):
     root = tree({"a.txt": "alpha\n"})

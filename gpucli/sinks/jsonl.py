@@ -105,8 +105,10 @@ class JsonlSink(Sink):
             known = (known - legacy) | {whole}
         self._ranges = {name: _span(name) for name in known}
         committed = max((end for _, end in self._ranges.values()), default=0)
-        if self._size > committed:  # never extended: a file shorter than its ledger was cut by hand
-            self._truncate(committed)
+        if self._size < committed:
+            raise UsageError(f"--out {self.path}: the file is shorter than its ledger says ({self._size} < "
+                             f"{committed} bytes): it was cut or replaced outside gpucli; pass --full to rebuild it")
+        self._truncate(committed)
         return renamed
 
     def _last_full_line(self) -> int:
