@@ -75,7 +75,7 @@ class Output:
             raise
         try:
             self.ledger = self._open_ledger({**settings, "weights": _weights_signature(
-                metadata.get("gpucli.model_path", ""))})
+                metadata.get("gpucli.model_path", ""))}, metadata.get("gpucli.version", ""))
             self.failures = FailureLog(self.sink.failures_path)
         except BaseException:
             self.sink.close()  # frees what the sink holds (embedded Qdrant locks its directory)
@@ -85,9 +85,9 @@ class Output:
             self.lock.release()
             raise
 
-    def _open_ledger(self, settings: dict[str, Any]) -> Ledger:
+    def _open_ledger(self, settings: dict[str, Any], version: str) -> Ledger:
         """Order matters at every step: see the rules at the top of state.py."""
-        ledger = Ledger(self.sink.state_dir)
+        ledger = Ledger(self.sink.state_dir, version)
         try:
             self._publish_pending(ledger)
             if ledger.resetting():  # a --full killed between emptying the ledger and the sink

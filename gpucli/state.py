@@ -115,8 +115,10 @@ class Known:
 class Ledger:
     """Thread-safe: reader threads look up, the writer thread marks done, the loop marks failed."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, gpucli_version: str = "") -> None:
+        """`gpucli_version` (of this process) is stored with the settings: see `_only_new_options`."""
         directory.mkdir(parents=True, exist_ok=True)
+        self.gpucli_version = gpucli_version
         self.path = directory / "ledger.sqlite"
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("pragma journal_mode=wal")
@@ -150,13 +152,12 @@ class Ledger:
         if stored is None:
             return True
         version = self.meta("schema_version")
-        if version is not None and int(version) > int(SCHEMA_VERSION):
+        if version is not None and (not version.isdigit() or int(version) > int(SCHEMA_VERSION)):
             raise UsageError(f"this output's ledger was written by a newer gpucli (ledger schema {version}; this one "
                              f"knows {SCHEMA_VERSION}): upgrade gpucli, or choose a new --out")
         legacy = version is None
         if stored == value or (legacy and legacy_match(stored, settings)) or self._only_new_options(settings):
-            if legacy or self.meta("settings") != settings_json(settings):
-                self._stamp(value, settings)
+            self._stamp(value, settings)  # a migrated or upgraded ledger now holds this run's settings
             return full
         if full:
             return True
@@ -165,9 +166,10 @@ class Ledger:
 
     def _only_new_options(self, settings: dict) -> bool:
         """The stored settings, and options it did not know of (added by a later gpucli, at
-        their defaults): the same output, so an upgrade that adds an option needs no --full."""
+        their defaults): the same output, so an upgrade that adds an option needs no --full.
+        Within one gpucli version the option set is fixed: a missing option is a change there."""
         old = self.meta("settings")
-        if old is None:
+        if old is None or self.meta("gpucli_version") == self.gpucli_version:
             return False
         known = json.loads(old)
         current = json.loads(settings_json(settings))
@@ -186,7 +188,8 @@ class Ledger:
         with self._lock, self._db:
             self._db.execute("begin")
             self._db.executemany("insert or replace into meta values (?, ?)", (
-                ("fingerprint", value), ("settings", settings_json(settings)), ("schema_version", SCHEMA_VERSION)))
+                ("fingerprint", value), ("settings", settings_json(settings)), ("schema_version", SCHEMA_VERSION),
+                ("gpucli_version", self.gpucli_version)))
 
     def is_new(self) -> bool:
         with self._lock:
@@ -203,7 +206,8 @@ class Ledger:
             self._db.execute("delete from meta where key not in ('last_location')")
             self._db.executemany("insert into meta values (?, ?)", (
                 ("fingerprint", fingerprint(settings)), ("settings", settings_json(settings)),
-                ("schema_version", SCHEMA_VERSION)) + ((("resetting", "1"),) if resetting else ()))
+                ("schema_version", SCHEMA_VERSION), ("gpucli_version", self.gpucli_version))
+                + ((("resetting", "1"),) if resetting else ()))
 
     def resetting(self) -> bool:
         return self.meta("resetting") is not None

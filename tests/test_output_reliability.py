@@ -407,11 +407,15 @@ def test_legacy_fingerprint_matches_when_the_given_options_are_a_subset_of_the_e
 
 
 def test_an_option_added_by_a_later_version_needs_no_full_but_a_changed_one_does(tmp_path):
-    ledger = Ledger(tmp_path / "state")
     settings = {"task": "embed", "model": "m", "options": {"chunk_overlap": 32}}
-    assert ledger.check_settings(settings, full=False)
-    ledger.reset(settings)
+    old = Ledger(tmp_path / "state", gpucli_version="0.2")
+    assert old.check_settings(settings, full=False)
+    old.reset(settings)
+    old.close()
     grown = {**settings, "options": {"chunk_overlap": 32, "new_knob": 1}}
+    with pytest.raises(UsageError, match=r"options\.new_knob: \(unset\) -> 1"):
+        Ledger(tmp_path / "state", gpucli_version="0.2").check_settings(grown, full=False)  # same version: a change
+    ledger = Ledger(tmp_path / "state", gpucli_version="0.3")
     assert not ledger.check_settings(grown, full=False)
     with pytest.raises(UsageError, match=r"options\.chunk_overlap: 32 -> 16"):
         ledger.check_settings({**settings, "options": {"chunk_overlap": 16, "new_knob": 1}}, full=False)
