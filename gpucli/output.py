@@ -92,7 +92,7 @@ class Output:
             self._publish_pending(ledger)
             if ledger.resetting():  # a --full killed between emptying the ledger and the sink
                 self._reset_sink(ledger)
-            if ledger.check_settings(settings, full=not self.incremental):
+            if ledger.check_settings(settings, not self.incremental, _option_defaults(settings.get("task"))):
                 # --full, or other settings with --full: empty the output. A new ledger alone
                 # empties nothing (a shared Qdrant collection keyed by ids that upsert in place).
                 wipe = not ledger.is_new() or not self.incremental
@@ -165,6 +165,18 @@ class Output:
         self.ledger.prune(gone)
         self.pruned.update(gone)
         return len(gone)
+
+
+def _option_defaults(task: Any) -> dict[str, Any]:
+    """The task's option defaults, for migrating a gpucli 0.1 ledger; empty when unknown."""
+    import dataclasses
+
+    try:
+        from gpucli.tasks import get_task
+
+        return dataclasses.asdict(get_task(str(task)).Options())
+    except Exception:  # a task that cannot be built without options: the migration tries every subset
+        return {}
 
 
 def _weights_signature(path: str) -> list:

@@ -72,19 +72,29 @@ def fingerprint(parts: dict) -> str:
     return hashlib.sha256(settings_json(parts).encode()).hexdigest()[:32]
 
 
-def legacy_match(stored: str, settings: dict) -> bool:
+def legacy_match(stored: str, settings: dict, defaults: dict | None = None) -> bool:
     """Whether a gpucli 0.1 fingerprint (over the options given on its command line only) is
-    what these settings give with some subset of their options: then no option changed.
-    Past LEGACY_MAX_OPTIONS options the search is skipped and the ledger accepted."""
+    what these settings give with the options that were given then: then no option changed.
+
+    An option away from its default (`defaults`: the task's) must have been given then; one at
+    its default may or may not have been: every such subset is tried. Past LEGACY_MAX_OPTIONS
+    optional ones the search is skipped and the ledger accepted."""
     base = {key: settings[key] for key in LEGACY_KEYS if key in settings}
-    options = sorted((settings.get("options") or {}).items())
-    if len(options) > LEGACY_MAX_OPTIONS:
+    options = settings.get("options") or {}
+    defaults = defaults or {}
+    given = {k: v for k, v in options.items() if k in defaults and not _same(v, defaults[k])}
+    optional = sorted((k, v) for k, v in options.items() if k not in given)
+    if len(optional) > LEGACY_MAX_OPTIONS:
         return True
-    for size in range(len(options) + 1):
-        for subset in itertools.combinations(options, size):
-            if fingerprint({**base, "options": dict(subset)}) == stored:
+    for size in range(len(optional) + 1):
+        for subset in itertools.combinations(optional, size):
+            if fingerprint({**base, "options": {**given, **dict(subset)}}) == stored:
                 return True
     return False
+
+
+def _same(a, b) -> bool:
+    return settings_json({"v": a}) == settings_json({"v": b})
 
 
 def settings_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -144,10 +154,11 @@ class Ledger:
                 self._db.execute("insert or replace into meta values (?, ?)", (key, value))
 
     # --- fingerprint ----------------------------------------------------------------------
-    def check_settings(self, settings: dict, full: bool) -> bool:
+    def check_settings(self, settings: dict, full: bool, defaults: dict | None = None) -> bool:
         """True when the output must be rebuilt from scratch (`--full`, or a new output).
         Other settings raise UsageError naming them, unless `full`; a gpucli 0.1 ledger with
-        the same settings is migrated (see the module docstring)."""
+        the same settings is migrated (see the module docstring; `defaults`: the task's option
+        defaults, which tell an option 0.1 must have been given from one it may not have been)."""
         value, stored = fingerprint(settings), self.meta("fingerprint")
         if stored is None:
             return True
@@ -156,7 +167,7 @@ class Ledger:
             raise UsageError(f"this output's ledger was written by a newer gpucli (ledger schema {version}; this one "
                              f"knows {SCHEMA_VERSION}): upgrade gpucli, or choose a new --out")
         legacy = version is None
-        if stored == value or (legacy and legacy_match(stored, settings)) or self._only_new_options(settings):
+        if stored == value or (legacy and legacy_match(stored, settings, defaults)) or self._only_new_options(settings):
             self._stamp(value, settings)  # a migrated or upgraded ledger now holds this run's settings
             return full
         if full:

@@ -379,14 +379,16 @@ def test_an_output_of_gpucli_0_1_with_the_same_settings_needs_no_full_after_the_
     assert run_fake([root], out, {"sleep_ms": 1}).unchanged == 2, "and from then on as a current ledger"
 
 
-def test_an_output_of_gpucli_0_1_with_other_settings_still_needs_full(tree, tmp_path, monkeypatch):
+@pytest.mark.parametrize("before,after", [({"sleep_ms": 1}, {"sleep_ms": 2}), ({}, {"sleep_ms": 2}),
+                                          ({"sleep_ms": 1}, {})])
+def test_an_output_of_gpucli_0_1_with_other_settings_still_needs_full(tree, tmp_path, monkeypatch, before, after):
     root = tree({"a.txt": "alpha\n"})
     out = tmp_path / "out.parquet"
-    run_fake([root], out, {"sleep_ms": 1})
+    run_fake([root], out, before)
     make_legacy(out / "_gpucli" / "ledger.sqlite")
     effective_options(monkeypatch)
     with pytest.raises(UsageError, match="--full"):
-        run_fake([root], out, {"sleep_ms": 2})
+        run_fake([root], out, after)
 
 
 def test_other_settings_are_named_with_their_old_and_new_values(tree, tmp_path, monkeypatch):
@@ -403,7 +405,11 @@ def test_legacy_fingerprint_matches_when_the_given_options_are_a_subset_of_the_e
     legacy = fingerprint({**base, "options": {"chunk_overlap": 32}})  # 0.1: `--chunk-overlap 32` given
     assert legacy_match(legacy, {**base, "options": {"chunk_overlap": 32, "chunk_tokens": 256}})
     assert not legacy_match(legacy, {**base, "options": {"chunk_overlap": 16, "chunk_tokens": 256}})
-    assert legacy_match(fingerprint({**base, "options": {}}), {**base, "options": {"chunk_overlap": 16}})
+    defaults = {"chunk_overlap": 32, "chunk_tokens": 256}
+    made_without_flags = fingerprint({**base, "options": {}})
+    assert legacy_match(made_without_flags, {**base, "options": defaults}, defaults)
+    assert not legacy_match(made_without_flags, {**base, "options": {**defaults, "chunk_overlap": 16}}, defaults)
+    assert legacy_match(legacy, {**base, "options": defaults}, defaults), "a default given then is the same output"
 
 
 def test_an_option_added_by_a_later_version_needs_no_full_but_a_changed_one_does(tmp_path):
