@@ -188,6 +188,25 @@ def test_jsonl_file_cut_outside_gpucli_asks_for_full_instead_of_trusting_its_led
     assert jsonl_rows(out) == expected_rows(root)
 
 
+def test_jsonl_write_that_fails_half_way_leaves_no_partial_rows(tmp_path, monkeypatch):
+    sink = JsonlSink(str(tmp_path / "rows.jsonl"))
+    sink.open(None, {})
+    sink.recover(set(), None)
+    first = sink.write(pa.table({"path": ["a"], "text": ["alpha"]}))
+    size = (tmp_path / "rows.jsonl").stat().st_size
+    assert first == f"bytes=0-{size}"
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError):
+        sink.write(pa.table({"path": ["b"], "text": ["beta"]}))
+    monkeypatch.undo()
+    assert (tmp_path / "rows.jsonl").stat().st_size == size
+    sink.close()
+
+
 # --- item 3: Parquet part names are never reused -------------------------------------------------
 def test_a_part_name_is_not_reused_after_prune_and_a_crash(tree, tmp_path):
     root = tree({"a.txt": "alpha\n"})

@@ -16,6 +16,7 @@ Exact after a kill at any moment, like the Parquet parts (see state.py):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -64,7 +65,7 @@ class JsonlSink(Sink):
     def open(self, schema, metadata: dict[str, str]) -> None:
         self._check_is_file()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "ab")
+        self._file = open(self.path, "ab", buffering=0)
         self._size = os.fstat(self._file.fileno()).st_size
         _fsync_dir(self.path.parent)  # a new file's name is durable before the ledger counts its rows
 
@@ -75,9 +76,15 @@ class JsonlSink(Sink):
         data = "".join(json.dumps(row, ensure_ascii=False, default=_plain) + "\n"
                        for row in table.to_pylist()).encode("utf-8")
         start = self._size
-        self._file.write(data)
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._file.write(view):]
+            os.fsync(self._file.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):  # a write that failed half way (disk full): no partial line
+                os.ftruncate(self._file.fileno(), start)
+            raise
         self._size = start + len(data)
         name = f"bytes={start}-{self._size}"
         self._ranges[name] = (start, self._size)
@@ -88,7 +95,6 @@ class JsonlSink(Sink):
         self._ranges = {}
 
     def _truncate(self, size: int) -> None:
-        self._file.flush()
         os.ftruncate(self._file.fileno(), size)
         os.fsync(self._file.fileno())
         self._size = size
@@ -146,7 +152,7 @@ class JsonlSink(Sink):
             self._file.close()
             os.replace(tmp, self.path)
             _fsync_dir(self.path.parent)
-            self._file = open(self.path, "ab")
+            self._file = open(self.path, "ab", buffering=0)
             self._size = os.fstat(self._file.fileno()).st_size
         if self._next_ranges is not None:
             self._ranges, self._next_ranges = self._next_ranges, None
