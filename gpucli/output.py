@@ -7,13 +7,15 @@ the failure records are the same whatever runs the model.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import RunFailedError
+from gpucli.errors import LockedError, RunFailedError, UsageError
 from gpucli.records import Failure, Source
 from gpucli.sinks import Sink, open_sink
-from gpucli.state import Ledger, RunLock, fingerprint
+from gpucli.state import Ledger, RunLock
 from gpucli.writer import FailureLog
 
 if TYPE_CHECKING:
@@ -21,8 +23,8 @@ if TYPE_CHECKING:
 
 
 class Output:
-    def __init__(self, target: str, incremental: bool = True) -> None:
-        self.sink: Sink = open_sink(target)
+    def __init__(self, target: str, incremental: bool = True, state_dir: str = "") -> None:
+        self.sink: Sink = open_sink(target, state_dir=state_dir)
         self.incremental = incremental
         self.lock = RunLock(self.sink.state_dir)
         self.ledger: Ledger | None = None
@@ -36,7 +38,39 @@ class Output:
     def open(self, schema: Any, metadata: dict[str, str], settings: dict[str, Any]) -> None:
         """Take the lock (or raise LockedError), open the sink, check the settings against the
         ledger (`settings` is everything that changes the output), repair what a crashed run
-        left behind. Blocking: call from a thread."""
+        left behind. Blocking: call from a thread.
+
+        An output gpucli did not make (no ledger, but content) is refused before anything is
+        created; an output path the system refuses is a UsageError, and what this call created
+        (directories, lock, ledger) is removed again."""
+        self._refuse_foreign()
+        created = _missing_dirs(self.sink.state_dir)
+        try:
+            self._open(schema, metadata, settings)
+        except BaseException as exc:
+            if created and not isinstance(exc, LockedError):  # a lock held by another: its files, not ours
+                _remove_created(created)
+            if isinstance(exc, OSError) and exc.filename is not None:
+                raise UsageError(f"--out {self.display}: cannot use it: {_os_message(exc)}") from None
+            if isinstance(exc, sqlite3.OperationalError):  # e.g. a state directory it may not write
+                raise UsageError(f"--out {self.display}: cannot use its ledger in {self.sink.state_dir}: "
+                                 f"{exc}") from None
+            raise
+
+    def _refuse_foreign(self) -> None:
+        """gpucli never deletes what it did not write: content without a ledger is refused."""
+        try:
+            if (self.sink.state_dir / "ledger.sqlite").exists():
+                return
+            content = self.sink.foreign()
+        except OSError as exc:
+            raise UsageError(f"--out {self.display}: cannot use it: {_os_message(exc)}") from None
+        if content:
+            raise UsageError(f"--out {self.display} already holds {content} that gpucli did not write (it has no "
+                             f"ledger in {self.sink.state_dir}); gpucli never deletes what it did not write: "
+                             "choose a new or empty --out, or move those files away")
+
+    def _open(self, schema: Any, metadata: dict[str, str], settings: dict[str, Any]) -> None:
         self.lock.acquire(self.sink.display)
         try:
             self.sink.open(schema, metadata)
@@ -45,30 +79,48 @@ class Output:
             raise
         try:
             self.ledger = self._open_ledger({**settings, "weights": _weights_signature(
-                metadata.get("gpucli.model_path", ""))})
+                metadata.get("gpucli.model_path", ""))}, metadata.get("gpucli.version", ""))
             self.failures = FailureLog(self.sink.failures_path)
         except BaseException:
             self.sink.close()  # frees what the sink holds (embedded Qdrant locks its directory)
             if self.ledger is not None:
                 self.ledger.close()
+                self.ledger = None
             self.lock.release()
             raise
 
-    def _open_ledger(self, settings: dict[str, Any]) -> Ledger:
-        ledger = Ledger(self.sink.state_dir)
-        value = fingerprint(settings)
-        rebuild = ledger.check_fingerprint(value, full=not self.incremental, describe="model, options or dtype")
-        if rebuild:
-            if not ledger.is_new() or not self.incremental:
-                # --full, or other settings with --full: empty the output. A missing ledger alone
-                # empties nothing (a shared Qdrant collection, a state directory deleted by
-                # hand): ids upsert in place, and Parquet parts it does not know are removed below.
-                self.sink.reset()
-            ledger.reset(value)
-        for orphan in self.sink.locations() - ledger.locations():
-            self.sink.remove_location(orphan)
-        self._remove_stale(ledger)
+    def _open_ledger(self, settings: dict[str, Any], version: str) -> Ledger:
+        """Order matters at every step: see the rules at the top of state.py."""
+        ledger = Ledger(self.sink.state_dir, version)
+        try:
+            self._publish_pending(ledger)
+            if ledger.resetting():  # a --full killed between emptying the ledger and the sink
+                self._reset_sink(ledger)
+            if ledger.check_settings(settings, not self.incremental, _option_defaults(settings.get("task"))):
+                # --full, or other settings with --full: empty the output. A new ledger alone
+                # empties nothing (a shared Qdrant collection keyed by ids that upsert in place).
+                wipe = not ledger.is_new() or not self.incremental
+                ledger.reset(settings, resetting=wipe)
+                if wipe:
+                    self._reset_sink(ledger)
+            renamed = self.sink.recover(ledger.locations(), ledger.meta("last_location"))
+            if renamed:
+                ledger.rename_locations(renamed)
+            self._remove_stale(ledger)
+        except BaseException:
+            ledger.close()
+            raise
         return ledger
+
+    def _reset_sink(self, ledger: Ledger) -> None:
+        self.sink.reset()
+        ledger.reset_done()
+
+    def _publish_pending(self, ledger: Ledger) -> None:
+        pending = ledger.meta("publish")
+        if pending is not None:
+            self.sink.publish(pending)
+            ledger.set_meta("publish", None)
 
     def close(self, clean: bool = True) -> None:
         """Remove superseded rows (when the run's writes all landed), then release everything."""
@@ -85,9 +137,14 @@ class Output:
 
     def _remove_stale(self, ledger: Ledger) -> None:
         stale = ledger.stale()
-        if stale:
-            self.sink.supersede(stale, self.pruned)
+        if not stale:
+            return
+        rewrite = self.sink.supersede(stale, self.pruned)
+        if rewrite is None:
             ledger.clear_stale(stale)
+            return
+        ledger.rename_locations(rewrite.renamed, stale, rewrite.pending)
+        self._publish_pending(ledger)
 
     # --- during the run ------------------------------------------------------------------
     def lookup(self):
@@ -145,6 +202,18 @@ class Output:
         return [str(p) for p in (own, sink.failures_path, sink.state_dir) if str(p)]
 
 
+def _option_defaults(task: Any) -> dict[str, Any]:
+    """The task's option defaults, for migrating a gpucli 0.1 ledger; empty when unknown."""
+    import dataclasses
+
+    try:
+        from gpucli.tasks import get_task
+
+        return dataclasses.asdict(get_task(str(task)).Options())
+    except Exception:  # a task that cannot be built without options: the migration tries every subset
+        return {}
+
+
 def _weights_signature(path: str) -> list:
     """Names and sizes of the weight files: a cheap identity of the weights in the fingerprint."""
     if not path or not os.path.isdir(path):
@@ -152,3 +221,35 @@ def _weights_signature(path: str) -> list:
     suffixes = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".ckpt")
     return sorted((name, os.path.getsize(os.path.join(path, name))) for name in os.listdir(path)
                   if name.endswith(suffixes))
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """The directory and its ancestors that do not exist yet, deepest first: what open creates."""
+    missing = []
+    directory = directory.absolute()
+    for path in (directory, *directory.parents):
+        if os.path.lexists(path):
+            break
+        missing.append(path)
+    return missing
+
+
+def _remove_created(created: list[Path]) -> None:
+    """Undo a failed open: the lock and ledger files in the state directory, then each
+    directory it created, deepest first, while it is empty (never anything else)."""
+    state = created[0]
+    for name in ("lock", "ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.sqlite-journal"):
+        try:
+            (state / name).unlink(missing_ok=True)
+        except OSError:
+            pass
+    for directory in created:
+        try:
+            directory.rmdir()
+        except OSError:
+            pass
+
+
+def _os_message(exc: OSError) -> str:
+    where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+    return f"{exc.strerror or exc} ({where})"

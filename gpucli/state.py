@@ -10,14 +10,30 @@ location (part file) holding its current rows. The rules that keep the output ex
 * When an input is redone (its content changed) or pruned, its old location is recorded as
   stale in the same transaction; stale rows are removed from the sink at the end of the run,
   or at the start of the next one if the run died first. Removal is idempotent.
+* A location name the ledger ever listed is never given to new rows: the last committed
+  name is kept in `meta` (`last_location`, kept across `--full`), and the sink numbers its
+  next place above it, so a crashed write can never pass for a committed one.
+* A sink that rewrites an output in place (JSON lines, whose locations are byte ranges)
+  renames its locations in the same transaction that records the rewrite as pending
+  (`meta.publish`); the rewritten file is complete and fsynced before, and put in place
+  after, that commit; an open that finds the mark finishes the job (roll forward).
+* `--full` empties the ledger first, in one transaction that sets `meta.resetting`, then the
+  sink, then clears the mark: a kill in between leaves the mark, and the next open empties
+  the sink again, so no ledger ever says "done" over rows that are gone.
 * A fingerprint of everything that changes the output (task, model and weights, dims,
-  chunking, dtype, options) is stored; another fingerprint is an error unless `--full`.
+  chunking, dtype, effective options) is stored, with the settings themselves (`meta.settings`,
+  to say which one changed); another fingerprint is an error unless `--full`.
+* `meta.schema_version` says which rules wrote the ledger. A ledger without it (gpucli 0.1)
+  fingerprinted only the options given on the command line: it is migrated on open when
+  some subset of this run's effective options reproduces its fingerprint exactly (the
+  options then did not change; an upgrade never forces `--full` on an unchanged cron job).
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -45,8 +61,59 @@ def digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+SCHEMA_VERSION = "2"
+LEGACY_KEYS = ("task", "model", "options", "dtype", "info", "weights")  # what gpucli 0.1 fingerprinted
+LEGACY_MAX_OPTIONS = 16  # 2**16 candidate subsets hash in well under a second
+
+
+def settings_json(parts: dict) -> str:
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
 def fingerprint(parts: dict) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    return hashlib.sha256(settings_json(parts).encode()).hexdigest()[:32]
+
+
+def legacy_match(stored: str, settings: dict, defaults: dict | None = None) -> bool:
+    """Whether a gpucli 0.1 fingerprint (over the options given on its command line only) is
+    what these settings give with the options that were given then: then no option changed.
+
+    An option away from its default (`defaults`: the task's) must have been given then; one at
+    its default may or may not have been: every such subset is tried. Past LEGACY_MAX_OPTIONS
+    optional ones the search is skipped and the ledger accepted."""
+    base = {key: settings[key] for key in LEGACY_KEYS if key in settings}
+    options = settings.get("options") or {}
+    defaults = defaults or {}
+    given = {k: v for k, v in options.items() if k in defaults and not _same(v, defaults[k])}
+    optional = sorted((k, v) for k, v in options.items() if k not in given)
+    if len(optional) > LEGACY_MAX_OPTIONS:
+        return True
+    for size in range(len(optional) + 1):
+        for subset in itertools.combinations(optional, size):
+            if fingerprint({**base, "options": {**given, **dict(subset)}}) == stored:
+                return True
+    return False
+
+
+def _same(a, b) -> bool:
+    return settings_json({"v": a}) == settings_json({"v": b})
+
+
+def settings_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """`options.chunk_overlap: 32 -> 16` for each leaf that differs."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "(unset)"), new.get(key, "(unset)")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.extend(settings_diff(a, b, f"{prefix}{key}."))
+        elif a != b:
+            out.append(f"{prefix}{key}: {_short(a)} -> {_short(b)}")
+    return out
+
+
+def _short(value) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True)
@@ -60,8 +127,10 @@ class Known:
 class Ledger:
     """Thread-safe: reader threads look up, the writer thread marks done, the loop marks failed."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, gpucli_version: str = "") -> None:
+        """`gpucli_version` (of this process) is stored with the settings: see `_only_new_options`."""
         directory.mkdir(parents=True, exist_ok=True)
+        self.gpucli_version = gpucli_version
         self.path = directory / "ledger.sqlite"
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("pragma journal_mode=wal")
@@ -73,26 +142,91 @@ class Ledger:
         with self._lock:
             self._db.close()
 
-    # --- fingerprint ----------------------------------------------------------------------
-    def check_fingerprint(self, value: str, full: bool, describe: str) -> bool:
-        """True when the output must be rebuilt from scratch (`--full`, or a new output)."""
+    # --- meta -----------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
         with self._lock:
-            row = self._db.execute("select value from meta where key='fingerprint'").fetchone()
-        if row is not None and row[0] != value and not full:
-            raise UsageError(f"this output was made with other settings ({describe} differ from its ledger): "
-                             "choose a new --out, or pass --full to rebuild it with the new settings")
-        return full or row is None or row[0] != value
+            row = self._db.execute("select value from meta where key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        with self._lock:
+            if value is None:
+                self._db.execute("delete from meta where key=?", (key,))
+            else:
+                self._db.execute("insert or replace into meta values (?, ?)", (key, value))
+
+    # --- fingerprint ----------------------------------------------------------------------
+    def check_settings(self, settings: dict, full: bool, defaults: dict | None = None) -> bool:
+        """True when the output must be rebuilt from scratch (`--full`, or a new output).
+        Other settings raise UsageError naming them, unless `full`; a gpucli 0.1 ledger with
+        the same settings is migrated (see the module docstring; `defaults`: the task's option
+        defaults, which tell an option 0.1 must have been given from one it may not have been)."""
+        value, stored = fingerprint(settings), self.meta("fingerprint")
+        if stored is None:
+            return True
+        version = self.meta("schema_version")
+        if version is not None and (not version.isdigit() or int(version) > int(SCHEMA_VERSION)):
+            raise UsageError(f"this output's ledger was written by a newer gpucli (ledger schema {version}; this one "
+                             f"knows {SCHEMA_VERSION}): upgrade gpucli, or choose a new --out")
+        legacy = version is None
+        if stored == value or (legacy and legacy_match(stored, settings, defaults)) or self._only_new_options(settings):
+            self._stamp(value, settings)  # a migrated or upgraded ledger now holds this run's settings
+            return full
+        if full:
+            return True
+        raise UsageError(f"this output was made with other settings ({self._describe(settings)}): "
+                         "choose a new --out, or pass --full to rebuild it with the new settings")
+
+    def _only_new_options(self, settings: dict) -> bool:
+        """The stored settings, and options it did not know of (added by a later gpucli, at
+        their defaults): the same output, so an upgrade that adds an option needs no --full.
+        Within one gpucli version the option set is fixed: a missing option is a change there."""
+        old = self.meta("settings")
+        if old is None or self.meta("gpucli_version") == self.gpucli_version:
+            return False
+        known = json.loads(old)
+        current = json.loads(settings_json(settings))
+        current["options"] = {k: v for k, v in (current.get("options") or {}).items()
+                              if k in (known.get("options") or {})}
+        return current == known
+
+    def _describe(self, settings: dict) -> str:
+        old = self.meta("settings")
+        if old is None:
+            return "model, options or dtype differ from its ledger, written by an earlier gpucli"
+        changed = settings_diff(json.loads(old), json.loads(settings_json(settings)))
+        return "; ".join(changed) or "its fingerprint differs"
+
+    def _stamp(self, value: str, settings: dict) -> None:
+        with self._lock, self._db:
+            self._db.execute("begin")
+            self._db.executemany("insert or replace into meta values (?, ?)", (
+                ("fingerprint", value), ("settings", settings_json(settings)), ("schema_version", SCHEMA_VERSION),
+                ("gpucli_version", self.gpucli_version)))
 
     def is_new(self) -> bool:
         with self._lock:
             return self._db.execute("select 1 from meta where key='fingerprint'").fetchone() is None
 
-    def reset(self, value: str) -> None:
+    def reset(self, settings: dict, resetting: bool = False) -> None:
+        """Forget every input, in one transaction. `resetting`: the sink is emptied next, and
+        the mark stays until `reset_done` (an open that finds it empties the sink again).
+        `last_location` survives: names stay unique within the output for good."""
         with self._lock, self._db:
             self._db.execute("begin")
-            for table in ("files", "locations", "stale", "meta"):
+            for table in ("files", "locations", "stale"):
                 self._db.execute(f"delete from {table}")
-            self._db.execute("insert into meta values ('fingerprint', ?)", (value,))
+            self._db.execute("delete from meta where key not in ('last_location')")
+            self._db.executemany("insert into meta values (?, ?)", (
+                ("fingerprint", fingerprint(settings)), ("settings", settings_json(settings)),
+                ("schema_version", SCHEMA_VERSION), ("gpucli_version", self.gpucli_version))
+                + ((("resetting", "1"),) if resetting else ()))
+
+    def resetting(self) -> bool:
+        return self.meta("resetting") is not None
+
+    def reset_done(self) -> None:
+        self.set_meta("resetting", None)
 
     # --- lookups --------------------------------------------------------------------------
     def lookup(self, paths: list[str]) -> dict[str, Known]:
@@ -151,6 +285,7 @@ class Ledger:
             if location is not None:
                 self._db.execute("insert or replace into locations values (?, ?, ?)",
                                  (location, sum(rows_per_source), now))
+                self._db.execute("insert or replace into meta values ('last_location', ?)", (location,))
             # Rows an input had elsewhere become stale; then its new record (two statements
             # for the whole part: a part holds up to 10k inputs).
             self._db.executemany("insert or ignore into stale select location, path from files "
@@ -194,17 +329,52 @@ class Ledger:
         with self._lock:
             self._db.execute("delete from locations where name=?", (name,))
 
+    def rename_locations(self, renamed: dict[str, str | None], stale: dict[str, set[str]] | None = None,
+                         publish: str | None = None) -> None:
+        """One transaction: the sink moved rows (old name -> new name; None: no rows left);
+        `stale` entries were applied (cleared); `publish` marks the rewrite still to put in place.
+        Two names may become one (a merge). An input whose current rows share their location
+        with its stale rows cannot keep them apart: it is forgotten, so it is redone."""
+        with self._lock, self._db:
+            self._db.execute("begin")
+            for location, paths in (stale or {}).items():
+                self._db.executemany("delete from stale where location=? and path=?",
+                                     ((location, path) for path in paths))
+            moves = [(old, new) for old, new in renamed.items() if old != new]
+            for step, (old, new) in itertools.product((0, 1), moves):  # via temporary names: no clashes
+                self._move(f"(moving) {old}" if step else old, new if step else f"(moving) {old}")
+            self._db.execute("delete from files where exists (select 1 from stale s "
+                             "where s.path=files.path and s.location=files.location)")
+            if publish is not None:
+                self._db.execute("insert or replace into meta values ('publish', ?)", (publish,))
+
+    def _move(self, old: str, new: str | None) -> None:
+        db = self._db
+        if new is None:
+            db.execute("delete from locations where name=?", (old,))
+            db.execute("update files set location=null where location=?", (old,))
+            db.execute("delete from stale where location=?", (old,))
+            return
+        rows = db.execute("select coalesce(sum(rows), 0), min(created) from locations where name in (?, ?)",
+                          (old, new)).fetchone()
+        db.execute("delete from locations where name in (?, ?)", (old, new))
+        db.execute("insert into locations values (?, ?, ?)", (new, rows[0], rows[1]))
+        db.execute("update files set location=? where location=?", (new, old))
+        db.execute("update or ignore stale set location=? where location=?", (new, old))
+        db.execute("delete from stale where location=?", (old,))
+
 
 class RunLock:
     """An exclusive flock on the output: released by the kernel when the holder dies, so a
     stale lock never blocks (it is simply taken over); the file names the holder."""
 
     def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / "lock"
         self._fd: int | None = None
 
     def acquire(self, output: str) -> None:
+        """Creates the directory here, not before: an output that is refused creates nothing."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -8,9 +8,9 @@ import pkgutil
 from functools import cache
 
 from gpucli.errors import UsageError
-from gpucli.sinks.base import Sink
+from gpucli.sinks.base import Rewrite, Sink
 
-__all__ = ["Sink", "all_sinks", "open_sink"]
+__all__ = ["Rewrite", "Sink", "all_sinks", "open_sink"]
 
 
 @cache

@@ -7,11 +7,22 @@ behind them as done at that moment and not before.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What `supersede` did when it moved rows that stay (a file rewritten in place): the new
+    name of each moved location (None: no rows left), and what `publish` puts in place once
+    the ledger holds the new names (see state.py: the ledger commits first, then the file)."""
+
+    renamed: dict[str, str | None] = field(default_factory=dict)
+    pending: str | None = None
 
 
 class Sink:
@@ -56,8 +67,22 @@ class Sink:
         """Flush and release; the output must be readable afterwards."""
 
     # --- incremental runs (see state.py) -------------------------------------------------
+    def foreign(self) -> str | None:
+        """Called before anything is created, when the output has no ledger: a description of
+        what the target already holds (gpucli did not write it, so it must not delete it), or
+        None when it is missing or empty. Raise `UsageError` when it cannot be an output at all."""
+        return None
+
     def reset(self) -> None:
         """`--full`, or settings changed: remove every row this output holds."""
+
+    def recover(self, known: set[str], last: str | None) -> dict[str, str | None]:
+        """At open, with the locations the ledger holds and the last one it ever committed:
+        remove what a crash left that the ledger does not know, and never name a new place
+        after one the ledger listed. Returns locations renamed on the way (see `Rewrite`)."""
+        for orphan in self.locations() - known:
+            self.remove_location(orphan)
+        return {}
 
     def locations(self) -> set[str]:
         """The places (parts) that exist now; those the ledger does not know were left by a
@@ -67,6 +92,13 @@ class Sink:
     def remove_location(self, name: str) -> None:
         """Delete one orphaned place."""
 
-    def supersede(self, stale: dict[str, set[str]], pruned: set[str]) -> None:
+    def supersede(self, stale: dict[str, set[str]], pruned: set[str]) -> Rewrite | None:
         """Remove rows no longer current: for each location, the rows of those paths (their
-        input was redone elsewhere, or pruned). Must be idempotent: it may run twice."""
+        input was redone elsewhere, or pruned). Must be idempotent: it may run twice.
+        A sink that moves the rows that stay returns a `Rewrite`, and makes it visible only
+        in `publish`."""
+        return None
+
+    def publish(self, pending: str) -> None:
+        """Put a rewrite prepared by `supersede` in place. Idempotent: an open after a crash
+        calls it again with the pending mark the ledger kept."""

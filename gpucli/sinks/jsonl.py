@@ -1,13 +1,31 @@
-"""JSON lines: the same rows as the Parquet sink, one object per line (vectors as lists)."""
+"""JSON lines: the same rows as the Parquet sink, one object per line (vectors as lists).
+
+Exact after a kill at any moment, like the Parquet parts (see state.py):
+
+* Each write appends whole lines and fsyncs; its location is its byte range,
+  `bytes=START-END` (END exclusive), so the ledger knows where every input's rows are.
+* The file is the prefix the ledger knows: open truncates it to the end of the last
+  committed range, which drops rows written but never committed and a torn last line.
+* Superseded rows go in a rewrite: the kept lines are copied to `.NAME.inprogress` and
+  fsynced; the ledger then renames the moved ranges and marks the rewrite pending in one
+  transaction; `publish` renames the copy over the file. An open that finds the mark
+  publishes again (roll forward); a copy without the mark is deleted.
+* An output made by gpucli 0.1 named its writes by run; its ranges are unknown, so on first
+  open its whole file (up to the last full line) becomes one range.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import time
+import re
 from pathlib import Path
 
-from gpucli.sinks.base import Sink
+from gpucli.errors import UsageError
+from gpucli.sinks.base import Rewrite, Sink
+
+RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 
 
 class JsonlSink(Sink):
@@ -18,6 +36,9 @@ class JsonlSink(Sink):
         super().__init__(target)
         self.path = Path(target)
         self._file = None
+        self._size = 0
+        self._ranges: dict[str, tuple[int, int]] = {}  # every committed location, and this run's writes
+        self._next_ranges: dict[str, tuple[int, int]] | None = None  # after the pending rewrite
 
     @classmethod
     def accepts(cls, target: str) -> bool:
@@ -27,56 +48,144 @@ class JsonlSink(Sink):
     def failures_path(self) -> str:
         return str(self.path.with_suffix(".failures.jsonl"))
 
-    def open(self, schema, metadata: dict[str, str]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
-        self._run = f"{time.time_ns():x}"  # unique per run: a location names one write of one run
-        self._writes = 0
+    @property
+    def _tmp(self) -> Path:
+        return self.path.with_name(f".{self.path.name}.inprogress")
 
-    def write(self, table) -> str:
-        lines = [json.dumps(row, ensure_ascii=False, default=_plain) for row in table.to_pylist()]
-        self._file.write("\n".join(lines) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._writes += 1
-        return f"{self._run}-{self._writes}"
+    def foreign(self) -> str | None:
+        self._check_is_file()
+        if self.path.exists() and self.path.stat().st_size > 0:
+            return f"{self.path.stat().st_size} bytes"
+        return None
+
+    def _check_is_file(self) -> None:
+        if self.path.is_dir():
+            raise UsageError(f"--out {self.path}: a directory of that name exists; a JSON lines output is a file")
+
+    def open(self, schema, metadata: dict[str, str]) -> None:
+        self._check_is_file()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "ab", buffering=0)
+        self._size = os.fstat(self._file.fileno()).st_size
+        _fsync_dir(self.path.parent)  # a new file's name is durable before the ledger counts its rows
+
+    # --- writes --------------------------------------------------------------------------------
+    def write(self, table) -> str | None:
+        if table.num_rows == 0:
+            return None
+        data = "".join(json.dumps(row, ensure_ascii=False, default=_plain) + "\n"
+                       for row in table.to_pylist()).encode("utf-8")
+        start = self._size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._file.write(view):]
+            os.fsync(self._file.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):  # a write that failed half way (disk full): no partial line
+                os.ftruncate(self._file.fileno(), start)
+            raise
+        self._size = start + len(data)
+        name = f"bytes={start}-{self._size}"
+        self._ranges[name] = (start, self._size)
+        return name
 
     def reset(self) -> None:
-        self._file.truncate(0)
+        self._truncate(0)
+        self._ranges = {}
 
-    def supersede(self, stale: dict[str, set[str]], pruned: set[str]) -> None:
-        """Rewrite the file: a pruned path loses every row; a redone path keeps only its
-        last block of rows (a file's rows are always written together, newest last)."""
-        redone = set().union(*stale.values()) - pruned if stale else set()
-        if not redone and not pruned:
-            return
-        with open(self.path, encoding="utf-8") as f:
-            lines = f.readlines()
-        paths = [json.loads(line)["path"] for line in lines]
-        last_block: dict[str, int] = {}
-        for i, path in enumerate(paths):
-            if path in redone and (i == 0 or paths[i - 1] != path):
-                last_block[path] = i
-        keep = []
-        for i, (line, path) in enumerate(zip(lines, paths)):
-            if path in pruned:
-                continue
-            if path in redone and i < last_block[path]:
-                continue
-            keep.append(line)
-        tmp = self.path.with_name(f".{self.path.name}.inprogress")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(keep)
-            f.flush()
-            os.fsync(f.fileno())
-        self._file.close()
-        os.replace(tmp, self.path)
-        self._file = open(self.path, "a", encoding="utf-8")
+    def _truncate(self, size: int) -> None:
+        os.ftruncate(self._file.fileno(), size)
+        os.fsync(self._file.fileno())
+        self._size = size
+
+    # --- recovery ------------------------------------------------------------------------------
+    def recover(self, known: set[str], last: str | None) -> dict[str, str | None]:
+        """Truncate to what the ledger knows; a gpucli 0.1 ledger's writes become one range."""
+        self._tmp.unlink(missing_ok=True)  # a rewrite the ledger never recorded (publish ran first)
+        legacy = {name for name in known if not RANGE.match(name)}
+        renamed: dict[str, str | None] = {}
+        if legacy:
+            whole = f"bytes=0-{self._last_full_line()}"
+            renamed = {name: whole for name in legacy}
+            known = (known - legacy) | {whole}
+        self._ranges = {name: _span(name) for name in known}
+        committed = max((end for _, end in self._ranges.values()), default=0)
+        if self._size < committed:
+            raise UsageError(f"--out {self.path}: the file is shorter than its ledger says ({self._size} < "
+                             f"{committed} bytes): it was cut or replaced outside gpucli; pass --full to rebuild it")
+        self._truncate(committed)
+        return renamed
+
+    def _last_full_line(self) -> int:
+        """The length of the file up to its last newline (a torn last line is dropped)."""
+        with open(self.path, "rb") as f:
+            data = f.read()
+        return data.rfind(b"\n") + 1
+
+    # --- superseded rows -----------------------------------------------------------------------
+    def supersede(self, stale: dict[str, set[str]], pruned: set[str]) -> Rewrite | None:
+        """Copy the file without the rows of stale (location, path) pairs; the ledger's stale
+        entries name them exactly, so this holds after an unclean end too (`pruned` is not
+        needed). Nothing is visible until `publish`."""
+        drop = {name: paths for name, paths in stale.items() if name in self._ranges}
+        if not drop:
+            return None
+        renamed: dict[str, str | None] = {}
+        after: dict[str, tuple[int, int]] = {}
+        with open(self.path, "rb") as src, open(self._tmp, "wb") as dst:
+            for name, (start, end) in sorted(self._ranges.items(), key=lambda item: item[1]):
+                begin = dst.tell()
+                _copy_range(src, dst, start, end, drop.get(name, set()))
+                renamed[name] = f"bytes={begin}-{dst.tell()}" if dst.tell() > begin else None
+                if renamed[name] is not None:
+                    after[renamed[name]] = (begin, dst.tell())
+            dst.flush()
+            os.fsync(dst.fileno())
+        _fsync_dir(self.path.parent)  # the copy survives a power cut once the ledger names it
+        self._next_ranges = after
+        return Rewrite({old: new for old, new in renamed.items() if old != new}, self._tmp.name)
+
+    def publish(self, pending: str) -> None:
+        tmp = self.path.with_name(pending)
+        if tmp.exists():
+            self._file.close()
+            os.replace(tmp, self.path)
+            _fsync_dir(self.path.parent)
+            self._file = open(self.path, "ab", buffering=0)
+            self._size = os.fstat(self._file.fileno()).st_size
+        if self._next_ranges is not None:
+            self._ranges, self._next_ranges = self._next_ranges, None
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _copy_range(src, dst, start: int, end: int, drop: set[str]) -> None:
+    """Copy bytes [start, end) line by line, without the lines of the `drop` paths (streamed:
+    a range can be a whole file taken over from gpucli 0.1)."""
+    src.seek(start)
+    while src.tell() < end:
+        data = src.read(min(end - src.tell(), 1 << 20)) if not drop else src.readline(end - src.tell())
+        if not data:
+            break  # a file cut short by hand: what is there is all there is
+        if not drop or json.loads(data)["path"] not in drop:
+            dst.write(data)
+
+
+def _span(name: str) -> tuple[int, int]:
+    start, end = RANGE.match(name).groups()
+    return int(start), int(end)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _plain(value):

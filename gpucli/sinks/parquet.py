@@ -3,6 +3,9 @@
 Each part goes to `.part-NNNNN.parquet.inprogress`, is fsynced, renamed to
 `part-NNNNN.parquet`, and the directory fsynced: a part killed mid-write has no footer,
 and dataset readers skip dot-files, so readers never see half a part.
+
+Part numbers only grow within an output (above every part on disk and every name the ledger
+ever committed): a part a crash left behind is then never mistaken for a committed one.
 """
 
 from __future__ import annotations
@@ -35,9 +38,22 @@ class ParquetSink(Sink):
     def failures_path(self) -> str:
         return str(self.dir.with_suffix(".failures.jsonl"))
 
-    def open(self, schema, metadata: dict[str, str]) -> None:
+    def foreign(self) -> str | None:
+        self._check_is_dir()
+        if not self.dir.exists():
+            return None
+        names = sorted(name for name in os.listdir(self.dir) if name != "_gpucli")
+        if not names:
+            return None
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return f"{len(names)} entr{'y' if len(names) == 1 else 'ies'} ({shown})"
+
+    def _check_is_dir(self) -> None:
         if self.dir.exists() and not self.dir.is_dir():
             raise UsageError(f"--out {self.dir}: a file of that name exists; a Parquet output is a directory")
+
+    def open(self, schema, metadata: dict[str, str]) -> None:
+        self._check_is_dir()
         self.dir.mkdir(parents=True, exist_ok=True)
         for leftover in self.dir.glob(".part-*.inprogress"):
             leftover.unlink()  # a part a killed run never finished
@@ -72,10 +88,15 @@ class ParquetSink(Sink):
         for part in self.parts():
             part.unlink()
         fsync_dir(self.dir)
-        self._next = 0
 
     def locations(self) -> set[str]:
         return {p.name for p in self.parts()}
+
+    def recover(self, known: set[str], last: str | None) -> dict[str, str | None]:
+        renamed = super().recover(known, last)
+        numbers = [int(m.group(1)) for m in map(PART.match, {*known, *self.locations(), last or ""}) if m]
+        self._next = max(self._next, max(numbers, default=-1) + 1)
+        return renamed
 
     def remove_location(self, name: str) -> None:
         (self.dir / name).unlink(missing_ok=True)
