@@ -160,8 +160,9 @@ class Output:
         if failure.stage != "skip":
             self.ledger.mark_failed(failure.path, failure.error)
 
-    def unchanged(self, source: Source) -> None:
-        self.ledger.mark_unchanged(source)
+    def unchanged(self, sources: list[Source]) -> None:
+        """Inputs done earlier with the same content (a read chunk's worth at a time)."""
+        self.ledger.mark_unchanged(sources)
 
     # --- --prune: only what the walk could see is known to be gone -------------------------
     def mark_seen(self, paths: list[str]) -> None:

@@ -4,10 +4,9 @@ Why a Pipe each: when workers share one `mp.Queue`, SIGKILL of one wedged the ot
 (it died holding the queue's read lock). Why spawn: CUDA cannot survive fork.
 
 The pool owns the batches in flight (at most `max_in_flight` per worker: one running, one
-prefetched). A dead worker is restarted within a budget and its batches are resent; a
-batch that killed workers twice is split in halves until the poison item stands alone,
-and that item becomes a failure record. A batch that raised (out of memory or any other
-error) is split the same way without a restart.
+prefetched) and carries out the decisions of `recovery` when a batch fails or a worker
+dies. A watchdog kills a worker stuck on one batch past the batch timeout, or still
+loading its model past the setup timeout; both count as deaths against the restart budget.
 """
 
 from __future__ import annotations
@@ -24,12 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucli.errors import GpucliError, WorkerSetupError
-from gpucli.records import Batch, Item
+from gpucli import recovery
+from gpucli.errors import GpucliError, RunFailedError, WorkerSetupError
+from gpucli.records import Batch
 from gpucli.tasks import Task, TaskSpec
 from gpucli.worker import STOP, worker_main
-
-DEATHS_BEFORE_SPLIT = 2
 
 
 @dataclass
@@ -50,28 +48,32 @@ class Worker:
     alive: bool = False
     pid: int = 0
     busy_since: float = 0.0
+    spawned_at: float = 0.0
     kill_reason: str = ""
+    infer_s: float = 0.0  # seconds its model spent in predict
 
 
 @dataclass
 class PoolEvents:
-    """What the pool tells the pipeline."""
+    """What the pool tells the run: a batch's outputs, a batch whose only item failed for good."""
 
-    on_outputs: Callable[[Batch, list[dict], float], None]
-    on_item_failed: Callable[[Item, str], None]
+    on_outputs: Callable[[Batch, Any, float], None]
+    on_batch_failed: Callable[[Batch, str], None]
     log: Callable[[str], None] = lambda message: None
     on_oom: Callable[[int], None] = lambda batch_size: None
 
 
 class WorkerPool:
     def __init__(self, task: Task, spec: TaskSpec, devices: list[str], events: PoolEvents,
-                 max_in_flight: int = 2, max_restarts: int = 16, batch_timeout_s: float = 600.0) -> None:
+                 max_in_flight: int = 2, max_restarts: int = 16, batch_timeout_s: float = 600.0,
+                 setup_timeout_s: float = 900.0) -> None:
         self.task = task
         self.spec = spec
         self.events = events
         self.max_in_flight = max_in_flight
         self.max_restarts = max_restarts
         self.batch_timeout_s = batch_timeout_s
+        self.setup_timeout_s = setup_timeout_s
         self.workers = [Worker(i, d) for i, d in enumerate(devices)]
         self.retry: collections.deque[Batch] = collections.deque()
         self.restarts = 0
@@ -87,16 +89,24 @@ class WorkerPool:
         self._watchdog: asyncio.Task | None = None
         self._next_id = 1_000_000_000  # ids of split batches, apart from the dispatcher's
         # Sends get a thread per worker: behind reader threads in the default pool the device
-        # would wait for the disk, and one thread per Pipe keeps its batches in the order sent
-        # (the pool blames the oldest batch for a crash) and its writes whole.
+        # would wait for the disk, and one thread per Pipe keeps its messages in the order sent
+        # (the pool blames the oldest batch for a crash, and STOP must follow the last batch)
+        # and its writes whole.
         self._senders = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gpucli-send-{i}")
                          for i in range(len(devices))]
 
     # --- life cycle ---------------------------------------------------------------------
+    def spawn(self) -> None:
+        """Start every worker process; they load their models in the background."""
+        self._loop = asyncio.get_running_loop()
+        for worker in self.workers:
+            self._spawn(worker)
+        self._watchdog = asyncio.ensure_future(self._watch())
+
     async def start(self) -> None:
-        """Spawn every worker (unless `spawn` did) and wait until each has loaded its model
-        (or one failed). Batches may be sent meanwhile: they wait in the worker's Pipe, so the
-        model starts on the first one the moment it is loaded."""
+        """Wait until every worker has loaded its model (or one failed). Batches may be sent
+        meanwhile: they wait in the worker's Pipe, so the model starts on the first one the
+        moment it is loaded."""
         if self._loop is None:
             self.spawn()
         while not all(w.ready for w in self.workers):
@@ -106,34 +116,25 @@ class WorkerPool:
                                        f"{message}")
             await self._wait_changed()
         self._started = True
-        self._watchdog = asyncio.ensure_future(self._watch_timeouts())
 
-    def spawn(self) -> None:
-        """Start every worker process; they load their models in the background."""
-        self._loop = asyncio.get_running_loop()
-        for worker in self.workers:
-            self._spawn(worker)
-
-    async def stop(self, deadline_s: float = 10.0) -> None:
-        """Stop sentinel to each worker, join within the deadline, then terminate, then kill."""
+    async def stop(self, deadline: float) -> None:
+        """The stop sentinel to each worker (through its sender thread, after what it is
+        sending), join until `deadline` (time.monotonic), then kill. One deadline for all."""
         self._closing = True
         if self._watchdog:
             self._watchdog.cancel()
         for worker in self.workers:
-            if worker.conn is not None:
-                try:
-                    worker.conn.send(STOP)
-                except (OSError, ValueError):
-                    pass
-        await asyncio.to_thread(self._join_all, deadline_s)
+            if worker.process is not None and worker.alive and not worker.ready:
+                worker.process.kill()  # still loading: nothing of its work would be kept
+            elif worker.conn is not None and worker.alive:
+                self._senders[worker.index].submit(_send_quietly, worker.conn, STOP)
+        await asyncio.to_thread(self._join_all, deadline)
         for sender in self._senders:
             sender.shutdown(wait=False, cancel_futures=True)
         for worker in self.workers:
             for record in worker.in_flight.values():
                 self.task.release(record.packed)
             worker.in_flight.clear()
-            if worker.conn is not None:
-                worker.conn.close()
 
     def kill_now(self) -> None:
         """Second Ctrl-C: no grace."""
@@ -142,18 +143,14 @@ class WorkerPool:
             if worker.process is not None and worker.process.is_alive():
                 worker.process.kill()
 
-    def _join_all(self, deadline_s: float) -> None:
-        end = time.monotonic() + deadline_s
+    def _join_all(self, deadline: float) -> None:
         for worker in self.workers:
             if worker.process is not None:
-                worker.process.join(max(0.0, end - time.monotonic()))
+                worker.process.join(max(0.0, deadline - time.monotonic()))
         for worker in self.workers:
             if worker.process is not None and worker.process.is_alive():
-                worker.process.terminate()
-                worker.process.join(2.0)
-            if worker.process is not None and worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join(2.0)
+                worker.process.kill()  # workers ignore SIGTERM (the group's signal is the parent's)
+                worker.process.join(1.0)
 
     def _spawn(self, worker: Worker) -> None:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
@@ -162,7 +159,7 @@ class WorkerPool:
         process.start()
         child_conn.close()
         worker.process, worker.conn, worker.ready, worker.alive = process, parent_conn, False, True
-        worker.pid = process.pid
+        worker.pid, worker.spawned_at = process.pid, time.monotonic()
         threading.Thread(target=self._receive, args=(worker, parent_conn, process), daemon=True,
                          name=f"gpucli-recv-{worker.index}").start()
 
@@ -173,22 +170,13 @@ class WorkerPool:
         room = [w for w in self.workers if w.alive and len(w.in_flight) < self.max_in_flight]
         return min(room, key=lambda w: len(w.in_flight)) if room else None
 
-    async def wait_free_worker(self) -> Worker:
-        while True:
-            self._raise_fatal()
-            worker = self.free_worker()
-            if worker is not None:
-                return worker
-            await self._wait_changed()
-
     async def send(self, worker: Worker, batch: Batch) -> None:
-        packed = self.task.pack([item.payload for item in batch.items])
+        packed = self.task.pack(batch.items.payload)
         if not worker.in_flight:
             worker.busy_since = time.monotonic()
         worker.in_flight[batch.id] = InFlight(batch, packed, time.monotonic())
-        conn = worker.conn
         try:
-            await asyncio.get_running_loop().run_in_executor(self._senders[worker.index], conn.send,
+            await asyncio.get_running_loop().run_in_executor(self._senders[worker.index], worker.conn.send,
                                                                 (batch.id, packed))
         except (OSError, ValueError):
             pass  # the receiver thread sees the death and requeues this batch
@@ -199,14 +187,24 @@ class WorkerPool:
     def idle(self) -> bool:
         return not self.retry and self.in_flight_count() == 0
 
+    @property
+    def infer_s(self) -> float:
+        """The busiest worker's predict time: a stage time that cannot exceed the wall time."""
+        return max((w.infer_s for w in self.workers), default=0.0)
+
     async def wait_changed(self) -> None:
         """Until a batch finished, failed or was requeued, or a worker came or went."""
-        self._raise_fatal()
+        self.raise_fatal()
         await self._wait_changed()
 
-    async def _wait_changed(self) -> None:
+    def changed(self) -> asyncio.Future:
+        """A future done at the next change (for waiting on it beside something else)."""
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        return waiter
+
+    async def _wait_changed(self) -> None:
+        waiter = self.changed()
         try:
             await waiter
         finally:
@@ -214,13 +212,13 @@ class WorkerPool:
                 self._waiters.remove(waiter)
 
     def notify(self) -> None:
-        """Wake everything waiting on `wait_changed` (also used by the pipeline)."""
+        """Wake everything waiting on a change (also used by the run on a signal)."""
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _raise_fatal(self) -> None:
+    def raise_fatal(self) -> None:
         if self.fatal is not None:
             raise self.fatal
 
@@ -236,6 +234,16 @@ class WorkerPool:
         self._loop.call_soon_threadsafe(self._on_exit, worker, process)
 
     def _on_message(self, worker: Worker, process: Any, message: tuple) -> None:
+        try:
+            self._handle(worker, process, message)
+        except Exception as exc:  # noqa: BLE001 - a bug here must stop the run, not hang it
+            import traceback
+
+            self.fatal = RunFailedError(f"internal error while handling a worker's message: "
+                                        f"{type(exc).__name__}: {exc}. This is a bug.\n{traceback.format_exc()}")
+            self.notify()
+
+    def _handle(self, worker: Worker, process: Any, message: tuple) -> None:
         if worker.process is not process:
             return  # a message from a worker already replaced
         kind = message[0]
@@ -247,6 +255,7 @@ class WorkerPool:
         elif kind == "result":
             self._consecutive_deaths = 0
             _, batch_id, outputs, seconds = message
+            worker.infer_s += seconds
             record = self._finish(worker, batch_id)
             if record is not None:
                 self.events.on_outputs(record.batch, outputs, seconds)
@@ -254,7 +263,9 @@ class WorkerPool:
             _, batch_id, error_kind, text = message
             record = self._finish(worker, batch_id)
             if record is not None:
-                self._on_batch_error(record.batch, error_kind, text)
+                if error_kind == "oom":
+                    self.events.on_oom(len(record.batch))
+                self._apply(recovery.after_error(record.batch, error_kind, text, self._new_id))
         self.notify()
 
     def _finish(self, worker: Worker, batch_id: int) -> InFlight | None:
@@ -264,77 +275,57 @@ class WorkerPool:
             worker.busy_since = time.monotonic()
         return record
 
-    def _on_batch_error(self, batch: Batch, kind: str, text: str) -> None:
-        if kind == "oom":
-            self.events.on_oom(len(batch))
-        if len(batch) == 1:
-            reason = f"out of memory even alone: {text}" if kind == "oom" else text
-            self.events.on_item_failed(batch.items[0], reason)
-            return
-        self.retry.extend(self._halves(batch, batch.attempts))
+    def _apply(self, actions: list[recovery.Action]) -> None:
+        for action in actions:
+            if isinstance(action, recovery.Resend):
+                self.retry.append(action.batch)
+            else:
+                self.events.on_batch_failed(action.batch, action.reason)
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _take_in_flight(self, worker: Worker) -> list[Batch]:
+        records = sorted(worker.in_flight.values(), key=lambda r: r.sent_at)
+        worker.in_flight.clear()
+        for record in records:
+            self.task.release(record.packed)
+        return [record.batch for record in records]
 
     def _on_exit(self, worker: Worker, process: Any) -> None:
         if worker.process is not process:
             return
         worker.alive = False
-        code = process.exitcode
         if self._closing:
             self.notify()
             return
+        code = process.exitcode
+        setup_error = self._setup_errors.pop(worker.index, None) if self._started else None
         if not worker.ready and not self._started:  # the first load: `start` reports it
-            self._setup_errors.setdefault(worker.index, f"worker exited during setup ({_exit_text(code)})")
-            self._requeue_unstarted(worker)
+            self._setup_errors.setdefault(worker.index, worker.kill_reason or
+                                          f"worker exited during setup ({_exit_text(code)})")
+            self._apply(recovery.after_unstarted(self._take_in_flight(worker)))
             self.notify()
             return
         if not worker.ready:  # a replacement that could not load the model: one more death
-            setup_error = self._setup_errors.pop(worker.index, None)
-            worker.kill_reason = f"could not load the model again: {setup_error or _exit_text(code)}"
-            self._requeue_unstarted(worker)
+            worker.kill_reason = f"could not load the model again: {setup_error or worker.kill_reason or _exit_text(code)}"
+            self._apply(recovery.after_unstarted(self._take_in_flight(worker)))
         reason = worker.kill_reason or _exit_text(code)
         worker.kill_reason = ""
-        self._requeue_after_death(worker, reason)
+        self._apply(recovery.after_death(self._take_in_flight(worker), reason, self._new_id))
         self._restart(worker, reason)
         self.notify()
 
-    def _requeue_unstarted(self, worker: Worker) -> None:
-        """Batches sent to a worker that died loading its model never ran: resend them as they are."""
-        for record in sorted(worker.in_flight.values(), key=lambda r: r.sent_at):
-            self.task.release(record.packed)
-            self.retry.append(record.batch)
-        worker.in_flight.clear()
-
-    def _requeue_after_death(self, worker: Worker, reason: str) -> None:
-        records = sorted(worker.in_flight.values(), key=lambda r: r.sent_at)
-        worker.in_flight.clear()
-        for position, record in enumerate(records):
-            self.task.release(record.packed)
-            batch = record.batch
-            if position == 0:  # the batch that was running when the worker died
-                batch.attempts += 1
-            if batch.attempts < DEATHS_BEFORE_SPLIT:
-                self.retry.append(batch)
-            elif len(batch) == 1:
-                self.events.on_item_failed(batch.items[0], f"worker crashed on this input ({reason})")
-            else:
-                self.retry.extend(self._halves(batch, DEATHS_BEFORE_SPLIT - 1))
-
-    def _halves(self, batch: Batch, attempts: int) -> list[Batch]:
-        mid = len(batch) // 2
-        halves = []
-        for part in (batch.items[:mid], batch.items[mid:]):
-            self._next_id += 1
-            halves.append(Batch(self._next_id, part, attempts))
-        return halves
-
     def _restart(self, worker: Worker, reason: str) -> None:
-        if self.restarts >= self.max_restarts:
+        if not recovery.may_restart(self.restarts, self.max_restarts):
             if not any(w.alive for w in self.workers):
-                self.fatal = GpucliError(f"workers died {self.restarts + 1} times (last: {reason}); "
-                                         "restart budget spent, stopping. Results written so far are kept.")
+                self.fatal = RunFailedError(f"workers died {self.restarts + 1} times (last: {reason}); "
+                                            "restart budget spent, stopping. Results written so far are kept.")
             return
         self.restarts += 1
         self._consecutive_deaths += 1
-        delay = min(5.0, 0.1 * 2 ** min(self._consecutive_deaths, 6))
+        delay = recovery.restart_delay(self._consecutive_deaths)
         self.events.log(f"worker {worker.index} ({worker.device}) died ({reason}); restarting in {delay:.1f}s")
         self._loop.call_later(delay, self._respawn, worker)
 
@@ -342,17 +333,34 @@ class WorkerPool:
         if not self._closing:
             self._spawn(worker)
 
-    async def _watch_timeouts(self) -> None:
-        """A worker stuck on one batch past the timeout is killed and handled as a death."""
+    async def _watch(self) -> None:
+        """A worker stuck on one batch past the batch timeout, or loading its model past the
+        setup timeout, is killed and handled as a death."""
         while True:
-            await asyncio.sleep(min(1.0, self.batch_timeout_s / 4))
+            await asyncio.sleep(min(1.0, self.batch_timeout_s / 4, self.setup_timeout_s / 4))
             now = time.monotonic()
             for worker in self.workers:
-                running = worker.alive and worker.ready and worker.in_flight  # not while loading its model
-                if running and now - worker.busy_since > self.batch_timeout_s:
-                    worker.kill_reason = f"batch timed out after {self.batch_timeout_s:g}s"
-                    os.kill(worker.pid, signal.SIGKILL)
-                    worker.busy_since = now
+                if not worker.alive or worker.kill_reason:
+                    continue
+                if not worker.ready and now - worker.spawned_at > self.setup_timeout_s:
+                    self._kill(worker, f"did not load the model within {self.setup_timeout_s:g}s "
+                                       "(--setup-timeout-s)")
+                elif worker.ready and worker.in_flight and now - worker.busy_since > self.batch_timeout_s:
+                    self._kill(worker, f"batch timed out after {self.batch_timeout_s:g}s")
+
+    def _kill(self, worker: Worker, reason: str) -> None:
+        worker.kill_reason = reason
+        try:
+            os.kill(worker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _send_quietly(conn: Any, message: Any) -> None:
+    try:
+        conn.send(message)
+    except (OSError, ValueError):
+        pass
 
 
 def _exit_text(code: int | None) -> str:

@@ -9,6 +9,7 @@ aiofiles). Nothing here ever opens a FIFO, socket or device: they would block fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fnmatch
 import os
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucli.errors import InputError, UsageError
-from gpucli.records import Failure, Item, Source
+from gpucli.records import Failure, Items, Source
 from gpucli.state import digest
 
 NON_REGULAR = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
@@ -284,37 +285,52 @@ def _rel(path: str, base: Path) -> str:
 # --- reading -------------------------------------------------------------------------------
 
 @dataclass(slots=True)
-class ReadResult:
-    source: Source
-    items: list[Item] | None
-    failure: Failure | None
-    seconds: float
-    unchanged: bool = False  # done in an earlier run, same content: nothing to do
+class ReadChunk:
+    """What one reader call gives the run: a block of items for the inputs that need the
+    model, and the inputs that ended here (failed, skipped, unchanged)."""
+
+    sources: list[Source] = field(default_factory=list)  # inputs whose items are in `block`
+    block: Items | None = None
+    failures: list[Failure] = field(default_factory=list)  # walk, read and prepare failures
+    unchanged: list[Source] = field(default_factory=list)  # done in an earlier run, same content
+    found: int = 0  # inputs the walk yielded for this chunk
 
 
-# path -> (size, mtime_ns, digest) of inputs an earlier run finished, for incremental runs
+# path -> (size, mtime_ns, digest, status) of inputs an earlier run knew, for incremental runs
 Lookup = Callable[[list[str]], dict[str, Any]]
 
 
-def read_source(source: Source, prepare: Callable[[Source, bytes], list[Item]], max_bytes: int,
-                known: Any = None) -> ReadResult:
-    """Read one file and cut it into items; any problem becomes a failure record. With
-    `known` (the ledger's entry), a file whose content hash is unchanged is not prepared."""
-    t0 = time.perf_counter()
-    try:
-        data = _read_bytes(source, max_bytes)
+def read_chunk(sources: list[Source], task: Any, max_bytes: int, known: dict[str, Any] | None = None) -> ReadChunk:
+    """Read files and cut them into one block with the task's `prepare_many`; any problem
+    with one file becomes its failure record. With `known` (the ledger's entries), a file
+    done earlier with the same size and mtime is not read, and one with the same content
+    hash is not prepared."""
+    chunk = ReadChunk(found=len(sources))
+    todo, datas = [], []
+    for source in sources:
+        k = (known or {}).get(source.path)
+        k = k if k is not None and k.status == "done" else None
+        if k is not None and (k.size, k.mtime_ns) == (source.size, source.mtime_ns):
+            source.digest = k.digest
+            chunk.unchanged.append(source)
+            continue
+        try:
+            data = _read_bytes(source, max_bytes)
+        except InputError as exc:
+            chunk.failures.append(Failure(source.path, exc.stage, str(exc)))
+            continue
         source.digest = digest(data)
-        if known is not None and known.digest == source.digest:
-            return ReadResult(source, None, None, time.perf_counter() - t0, unchanged=True)
-        items = prepare(source, data)
-        if not items:
-            raise InputError("preprocess", "nothing to process in this file")
-        failure = None
-    except InputError as exc:
-        items, failure = None, Failure(source.path, exc.stage, str(exc))
-    except Exception as exc:  # a decoder bug must cost one file, not the run
-        items, failure = None, Failure(source.path, "preprocess", f"{type(exc).__name__}: {exc}")
-    return ReadResult(source, items, failure, time.perf_counter() - t0)
+        if k is not None and k.digest == source.digest:
+            chunk.unchanged.append(source)
+        else:
+            todo.append(source)
+            datas.append(data)
+    if todo:
+        chunk.block, failures = task.prepare_many(todo, datas)
+        chunk.failures.extend(failures)
+        running = set(chunk.block.source_ids.tolist()) if chunk.block is not None else set()
+        chunk.sources = [s for s in todo if s.id in running]
+    return chunk
 
 
 def _read_bytes(source: Source, max_bytes: int) -> bytes:
@@ -348,34 +364,27 @@ def _read_bytes(source: Source, max_bytes: int) -> bytes:
         os.close(fd)
 
 
-async def read_all(
+async def read_chunks(
     found: Iterator[Found],
-    prepare: Callable[[Source, bytes], list[Item]],
+    task: Any,
     max_bytes: int,
     chunk_files: int = 64,
     in_flight: int = 8,
     lookup: Lookup | None = None,
     seen: Callable[[list[str]], None] | None = None,
-) -> AsyncIterator[ReadResult | Failure]:
+    busy: Any = contextlib.nullcontext(),
+) -> AsyncIterator[ReadChunk]:
     """Walk and read with `in_flight` thread calls of `chunk_files` files each, yielding
-    results as chunks finish. The walk itself also runs in a thread. With `lookup`, files an
+    chunks as they finish. The walk itself also runs in a thread. With `lookup`, files an
     earlier run finished are not even read when their size and mtime are unchanged. `seen`
-    (for --prune) gets the paths of each chunk of the walk, inputs and failure records."""
+    (for --prune) gets the paths of each chunk of the walk, inputs and failure records.
+    `busy` (a context manager) times the reader threads' work."""
 
-    def read_chunk(sources: list[Source]) -> list[ReadResult]:
-        known = lookup([s.path for s in sources]) if lookup else {}
-        results = []
-        for s in sources:
-            k = known.get(s.path)
-            k = k if k is not None and k.status == "done" else None
-            if k is not None and (k.size, k.mtime_ns) == (s.size, s.mtime_ns):
-                s.digest = k.digest
-                results.append(ReadResult(s, None, None, 0.0, unchanged=True))
-            else:
-                results.append(read_source(s, prepare, max_bytes, k))
-        return results
+    def read(sources: list[Source]) -> ReadChunk:
+        with busy:
+            return read_chunk(sources, task, max_bytes, lookup([s.path for s in sources]) if lookup else None)
 
-    def next_chunk() -> tuple[list[Source], list[Failure], bool]:
+    def next_sources() -> tuple[list[Source], list[Failure], bool]:
         sources, failures, done = [], [], True
         for f in found:
             if f.source is not None:
@@ -393,14 +402,13 @@ async def read_all(
     done_walking = False
     while not done_walking or pending:
         while not done_walking and len(pending) < in_flight:
-            sources, failures, done_walking = await asyncio.to_thread(next_chunk)
-            for failure in failures:
-                yield failure
+            sources, failures, done_walking = await asyncio.to_thread(next_sources)
+            if failures:
+                yield ReadChunk(failures=failures, found=len(failures))
             if sources:
-                pending.add(asyncio.ensure_future(asyncio.to_thread(read_chunk, sources)))
+                pending.add(asyncio.ensure_future(asyncio.to_thread(read, sources)))
         if not pending:
             break
         finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for task in finished:
-            for result in task.result():
-                yield result
+        for done in finished:
+            yield done.result()

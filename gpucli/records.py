@@ -1,4 +1,10 @@
-"""What travels between the stages: sources, items, batches, failures.
+"""What travels between the stages: sources, blocks of items, batches, failures.
+
+Work is carried in blocks, not items: an `Items` block holds one column per field (the
+source of each item, its number within that source, its cost, its payload and the row
+columns known before inference). Token ids travel as one flat array with starts and
+lengths (`Ragged`). Per-item Python objects exist only where a task cuts its inputs one
+at a time (`Item`, turned into a block at once) or an item is genuinely alone (a failure).
 
 Only plain data lives here: these objects are pickled across spawned processes.
 """
@@ -7,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 
 @dataclass(slots=True)
@@ -19,35 +27,162 @@ class Source:
     size: int = 0
     mtime_ns: int = 0
     digest: str = ""  # content hash, set when the file is read (for the ledger)
-    dev: int = 0  # st_dev and st_ino of the file the walk stat'ed: the read opens that file or fails
-    ino: int = 0  # (0: not checked)
+    dev: int = 0  # st_dev and st_ino at walk time: the read opens this file and no other
+    ino: int = 0
 
 
 @dataclass(slots=True)
 class Item:
-    """One unit of model work cut from a source (a text chunk, an image, an audio segment).
+    """One unit of model work cut from a source by a task's per-file `prepare`.
 
     `payload` goes to the worker's `predict`; `meta` holds the row columns known before
-    inference (chunk number, offsets, text) and stays in the parent.
-    """
+    inference (chunk number, offsets, text) and stays in the parent."""
 
     source_id: int
     index: int
     payload: Any
     cost: int = 1
     meta: dict[str, Any] = field(default_factory=dict)
-    enqueued_at: float = 0.0
+
+
+@dataclass(slots=True)
+class Ragged:
+    """Rows of different lengths as one flat array: row i is values[starts[i]:starts[i]+lengths[i]].
+
+    Rows may overlap (chunks that share tokens point into one document's ids); `take`
+    returns a compact copy holding only the rows asked for, in that order."""
+
+    values: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def row(self, i: int) -> np.ndarray:
+        return self.values[self.starts[i] : self.starts[i] + self.lengths[i]]
+
+    def take(self, idx: np.ndarray) -> Ragged:
+        lengths = self.lengths[idx]
+        starts = _exclusive_cumsum(lengths)
+        gather = np.repeat(self.starts[idx] - starts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+        return Ragged(self.values[gather], starts, lengths)
+
+    def compact(self) -> Ragged:
+        """Rows back to back in order (what `padded` fills from)."""
+        if len(self) == 0 or (self.starts[0] == 0 and np.array_equal(self.starts[1:], np.cumsum(self.lengths)[:-1])
+                              and len(self.values) == int(self.lengths.sum())):
+            return self
+        return self.take(np.arange(len(self)))
+
+    @staticmethod
+    def concat(parts: list[Ragged]) -> Ragged:
+        shifts = _exclusive_cumsum(np.array([len(p.values) for p in parts], dtype=np.int64))
+        return Ragged(np.concatenate([p.values for p in parts]),
+                      np.concatenate([p.starts + shift for p, shift in zip(parts, shifts)]),
+                      np.concatenate([p.lengths for p in parts]))
+
+    def padded(self, pad: int, prefix: list[int] = (), suffix: list[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, mask) as int64 matrices, each row prefix + its values + suffix, right-padded;
+        built without a loop over rows."""
+        rows = self.compact()
+        n, head, tail = len(rows), len(prefix), len(suffix)
+        width = head + (int(rows.lengths.max()) if n else 0) + tail
+        ids = np.full((n, width), pad, dtype=np.int64)
+        cols = np.arange(width)
+        ends = head + rows.lengths[:, None]
+        if head:
+            ids[:, :head] = prefix
+        ids[(cols >= head) & (cols < ends)] = rows.values
+        for j, token in enumerate(suffix):
+            ids[np.arange(n), head + rows.lengths + j] = token
+        return ids, (cols < ends + tail).astype(np.int64)
+
+
+def _exclusive_cumsum(values: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(values), dtype=np.int64)
+    if len(values) > 1:
+        np.cumsum(values[:-1], out=out[1:])
+    return out
+
+
+@dataclass(slots=True)
+class Items:
+    """A block of items, one column per field (see the module docstring).
+
+    `payload` is a `Ragged` (token ids) or a list with one object per item; `meta` maps a
+    row column to one value per item (numpy arrays; object arrays for strings)."""
+
+    source_ids: np.ndarray  # int64
+    index: np.ndarray  # int64: the item's number within its source
+    cost: np.ndarray  # int64
+    payload: Any
+    meta: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.source_ids)
+
+    @property
+    def total_cost(self) -> int:
+        return int(self.cost.sum())
+
+    def take(self, idx: np.ndarray) -> Items:
+        idx = np.asarray(idx, dtype=np.int64)
+        return Items(self.source_ids[idx], self.index[idx], self.cost[idx], take_payload(self.payload, idx),
+                     {name: column[idx] for name, column in self.meta.items()})
+
+    def without_payload(self) -> Items:
+        """What the parent keeps of a batch while its payload is in a worker."""
+        return Items(self.source_ids, self.index, self.cost, None, self.meta)
+
+    @staticmethod
+    def concat(blocks: list[Items]) -> Items:
+        if len(blocks) == 1:
+            return blocks[0]
+        payloads = [b.payload for b in blocks]
+        payload = Ragged.concat(payloads) if isinstance(payloads[0], Ragged) else [p for ps in payloads for p in ps]
+        return Items(np.concatenate([b.source_ids for b in blocks]), np.concatenate([b.index for b in blocks]),
+                     np.concatenate([b.cost for b in blocks]), payload,
+                     {name: np.concatenate([b.meta[name] for b in blocks]) for name in blocks[0].meta})
+
+    @staticmethod
+    def from_items(items: list[Item]) -> Items:
+        """A block from a task's per-file items (the meta keys of the first item name the columns)."""
+        names = list(items[0].meta) if items else []
+        return Items(np.fromiter((i.source_id for i in items), np.int64, len(items)),
+                     np.fromiter((i.index for i in items), np.int64, len(items)),
+                     np.fromiter((i.cost for i in items), np.int64, len(items)),
+                     [i.payload for i in items],
+                     {name: object_column([i.meta.get(name) for i in items]) for name in names})
+
+
+def take_payload(payload: Any, idx: np.ndarray) -> Any:
+    if isinstance(payload, Ragged):
+        return payload.take(idx)
+    if payload is None:
+        return None
+    return [payload[i] for i in idx]
+
+
+def object_column(values: list[Any]) -> np.ndarray:
+    """A 1-d object array of any values (np.array would turn equal-length lists into 2-d)."""
+    column = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        column[i] = value
+    return column
 
 
 @dataclass(slots=True)
 class Batch:
+    """Items cut for one forward pass; `attempts` counts the worker deaths it caused."""
+
     id: int
-    items: list[Item]
+    items: Items
     attempts: int = 0
 
     @property
     def cost(self) -> int:
-        return sum(item.cost for item in self.items)
+        return self.items.total_cost
 
     def __len__(self) -> int:
         return len(self.items)

@@ -295,11 +295,13 @@ class Ledger:
                                  ((source.path, source.size, source.mtime_ns, source.digest, location, rows, now)
                                   for source, rows in zip(sources, rows_per_source)))
 
-    def mark_unchanged(self, source: Source) -> None:
-        """Same content, new mtime (a touch, a copy): remember the new stat to skip faster next time."""
-        with self._lock:
-            self._db.execute("update files set size=?, mtime_ns=? where path=?",
-                             (source.size, source.mtime_ns, source.path))
+    def mark_unchanged(self, sources: list[Source]) -> None:
+        """Same content (a touch, a copy: maybe a new mtime): remember the stat to skip faster
+        next time. One transaction per read chunk; rows whose stat is the same are not written."""
+        with self._lock, self._db:
+            self._db.execute("begin")
+            self._db.executemany("update files set size=?, mtime_ns=? where path=? and (size!=? or mtime_ns!=?)",
+                                 ((s.size, s.mtime_ns, s.path, s.size, s.mtime_ns) for s in sources))
 
     def mark_failed(self, path: str, error: str) -> None:
         """A failed input keeps its old rows, if any, until it succeeds again."""

@@ -3,7 +3,10 @@
 Messages, parent -> worker: `(batch_id, packed)` or `None` (stop).
 Worker -> parent: `("ready", info)`, `("setup_error", message)`,
 `("result", batch_id, outputs, seconds)`, `("error", batch_id, kind, message)`.
-A receiver thread reads and unpacks the next batch while the model runs on this one.
+`outputs` is whatever the task's `predict` returned for the batch: one float32 matrix for
+embed (a row per item), or a list of one dict per item.
+A receiver thread reads and unpacks the next batch while the model runs on this one; on
+the stop sentinel it drops a batch it had prefetched (the parent counts it unfinished).
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ STOP = None
 
 def worker_main(conn: Any, spec: TaskSpec, device: str, threads: int) -> None:
     """Entry point of a spawned worker. Never raises: every problem becomes a message."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Ctrl-C and systemd's stop reach the whole process group: the parent decides, and stops
+    # its workers itself (a worker killed by the group's SIGTERM while loading made the run
+    # fail with "could not load the model" instead of exiting 143).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     limit_threads(threads)
     keep_freed_memory()
     try:
@@ -107,6 +113,7 @@ def _receive(conn: Any, task: Any, inbox: queue.Queue) -> None:
         except (EOFError, OSError):
             message = STOP  # the parent is gone: finish quietly
         if message is STOP:
+            _drop_waiting(inbox)
             inbox.put(STOP)
             return
         batch_id, packed = message
@@ -114,6 +121,14 @@ def _receive(conn: Any, task: Any, inbox: queue.Queue) -> None:
             inbox.put((batch_id, task.unpack(packed), None))
         except Exception as exc:  # noqa: BLE001
             inbox.put((batch_id, None, describe_error(exc)))
+
+
+def _drop_waiting(inbox: queue.Queue) -> None:
+    """A prefetched batch is not started once the parent said stop."""
+    try:
+        inbox.get_nowait()
+    except queue.Empty:
+        pass
 
 
 def _send(conn: Any, message: tuple) -> bool:

@@ -1,9 +1,9 @@
-"""Drain finished files into the sink without blocking the event loop.
+"""Drain finished rows into the sink without blocking the event loop.
 
-Rows of finished files are buffered and written as one part (or upsert) when the buffer
-reaches `part_rows` or `flush_s` passed, so a long run keeps durable progress and memory
-stays bounded. The sink runs in a thread: its calls may block (disk, network).
-Failures go to the failures JSONL at once, line by line.
+Rows of finished batches are buffered (`PartBuffer`) and the rows of complete inputs are
+written as one part (or upsert) when `part_rows` are waiting or `flush_s` passed, so a long
+run keeps durable progress and memory stays bounded. The sink runs in a thread: its calls
+may block (disk, network). Failures go to the failures JSONL at once, line by line.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,23 +40,78 @@ class FailureLog:
         self._file.close()
 
 
+# An input's status in the run's accounting (see core.Accounts): a numpy array indexed by
+# source id holds one of these; the buffer reads it to choose the rows of a part.
+OPEN, COMPLETE, FAILED, DONE = 0, 1, 2, 3
+
+
+@dataclass
+class Part:
+    """Rows ready to be written as one part: `table` (path first) and, per row, its source id."""
+
+    table: Any
+    source_ids: Any  # numpy int64, one per row
+
+
+class PartBuffer:
+    """Rows of finished batches, held until their inputs are complete (every item back).
+
+    Rows arrive per batch, as Arrow tables; a part takes the rows of every complete input
+    at once (one vectorised selection), keeps the rows of inputs still open, and drops those
+    of inputs that failed meanwhile. So a part never holds half an input: the ledger marks
+    an input done only when the part holding all its rows is durable."""
+
+    def __init__(self) -> None:
+        self._tables: list[Any] = []
+        self._ids: list[Any] = []
+        self._index: list[Any] = []
+        self.rows = 0
+
+    def add(self, table: Any, source_ids: Any, index: Any) -> None:
+        self._tables.append(table)
+        self._ids.append(source_ids)
+        self._index.append(index)
+        self.rows += table.num_rows
+
+    def take(self, status: Any) -> Part | None:
+        """The rows of inputs whose `status[id]` is COMPLETE, ordered by input and item; rows
+        of inputs still OPEN stay; the rest (FAILED) are dropped."""
+        import numpy as np
+        import pyarrow as pa
+
+        if not self._tables:
+            return None
+        table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
+        ids, index = np.concatenate(self._ids), np.concatenate(self._index)
+        state = status[ids]
+        ready, keep = state == COMPLETE, state == OPEN
+        self._tables, self._ids, self._index = [], [], []
+        self.rows = 0
+        if keep.any():
+            self.add(table.filter(pa.array(keep)), ids[keep], index[keep])
+        if not ready.any():
+            return None
+        order = np.flatnonzero(ready)
+        order = order[np.lexsort((index[order], ids[order]))]
+        return Part(table.take(pa.array(order)), ids[order])
+
+
 class Writer:
-    def __init__(self, sink: Sink, schema: Any, part_rows: int, flush_s: float,
-                 on_durable: Callable[[list[Source], int], None],
-                 commit: Callable[[list[Source], list[int], str | None], None] | None = None) -> None:
-        """`commit` runs in the writer thread right after the sink made rows durable (the
-        ledger marks their inputs done); `on_durable` then runs on the loop (counters)."""
+    """Writes parts in its own thread, one at a time, in order; the event loop only hands
+    over the rows. `commit` runs in the writer thread right after the sink made a part
+    durable (the ledger marks its inputs done); `on_durable` then runs on the loop."""
+
+    def __init__(self, sink: Sink, part_rows: int, flush_s: float, take: Callable[[], Part | None],
+                 commit: Callable[[Part, str | None], Any], on_durable: Callable[[Any], None]) -> None:
         self.sink = sink
-        self.schema = schema
         self.part_rows = part_rows
         self.flush_s = flush_s
-        self.on_durable = on_durable
+        self.take = take
         self.commit = commit
+        self.on_durable = on_durable
         self.seconds = 0.0
-        self._rows: list[dict[str, Any]] = []
-        self._sources: list[Source] = []
-        self._counts: list[int] = []
-        self._last_flush = time.monotonic()
+        self.pending_rows = 0  # rows handed over and not yet written (backpressure)
+        self.busy = False  # a part is being written now
         self._wake = asyncio.Event()
         self._closed = False
         self._task: asyncio.Task | None = None
@@ -69,19 +125,15 @@ class Writer:
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._loop())
 
-    def add(self, source: Source, rows: list[dict[str, Any]]) -> None:
-        """Called on the loop when a file is complete."""
-        for row in rows:
-            row["path"] = source.path
-        self._rows.extend(rows)
-        self._sources.append(source)
-        self._counts.append(len(rows))
-        if len(self._rows) >= self.part_rows:
+    def added(self, rows: int) -> None:
+        """Rows were added to the buffer (on the loop)."""
+        self.pending_rows += rows
+        if self.pending_rows >= self.part_rows:
             self._wake.set()
 
     @property
     def backlog(self) -> int:
-        return len(self._rows)
+        return self.pending_rows
 
     @property
     def task(self) -> asyncio.Task | None:
@@ -89,7 +141,7 @@ class Writer:
         return self._task
 
     async def close(self) -> None:
-        """Write what is buffered and stop; raises what the sink raised."""
+        """Write what is complete and stop; raises what the sink raised."""
         self._closed = True
         self._wake.set()
         if self._task is not None:
@@ -109,20 +161,22 @@ class Writer:
                 return
 
     async def _flush(self) -> None:
-        if not self._sources:
+        part = self.take()
+        if part is None:
             return
-        rows, sources, counts = self._rows, self._sources, self._counts
-        self._rows, self._sources, self._counts = [], [], []
+        self.pending_rows = max(0, self.pending_rows - part.table.num_rows)
         t0 = time.perf_counter()
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._write, rows, sources, counts)
+        self.busy = True
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self._thread, self.write, part)
+        finally:
+            self.busy = False
         self.seconds += time.perf_counter() - t0
-        self._last_flush = time.monotonic()
-        self.on_durable(sources, len(rows))
+        self.on_durable(result)
 
-    def _write(self, rows: list[dict[str, Any]], sources: list[Source], counts: list[int]) -> None:
-        location = self.sink.write(rows_to_table(rows, self.schema))
-        if self.commit is not None:
-            self.commit(sources, counts, location)
+    def write(self, part: Part) -> Any:
+        """Write one part durably and commit it (any thread; the local engine's writer thread)."""
+        return self.commit(part, self.sink.write(part.table))
 
 
 def rows_to_table(rows: list[dict[str, Any]], schema: Any) -> Any:
@@ -130,6 +184,8 @@ def rows_to_table(rows: list[dict[str, Any]], schema: Any) -> Any:
     import numpy as np
     import pyarrow as pa
 
+    if not rows:
+        return schema.empty_table()
     columns = []
     for field in schema:
         values = [row.get(field.name) for row in rows]

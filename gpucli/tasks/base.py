@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from gpucli.records import Item, Source
+    from gpucli.records import Failure, Item, Items, Source
 
 
 @dataclass(frozen=True)
@@ -103,17 +103,60 @@ class Task:
 
     def prepare(self, source: Source, data: bytes) -> list[Item]:
         """Decode one input into items. Runs in a reader thread, never on the event loop.
-        Raise `InputError(stage, reason)` for bad input (override)."""
+        Raise `InputError(stage, reason)` for bad input (override this, or `prepare_many`)."""
         raise NotImplementedError
+
+    def prepare_many(self, sources: list[Source], datas: list[bytes]) -> tuple[Items | None, list[Failure]]:
+        """Decode a chunk of inputs into one block of items, and a failure record for each input
+        that cannot be used. The default calls `prepare` per input; a task whose work batches
+        well (tokenizing) overrides this and builds the block's columns at once."""
+        from gpucli.errors import InputError
+        from gpucli.records import Failure, Items
+
+        items, failures = [], []
+        for source, data in zip(sources, datas):
+            try:
+                got = self.prepare(source, data)
+                if not got:
+                    raise InputError("preprocess", "nothing to process in this file")
+                items.extend(got)
+            except InputError as exc:
+                failures.append(Failure(source.path, exc.stage, str(exc)))
+            except Exception as exc:  # noqa: BLE001 - a decoder bug must cost one file, not the run
+                failures.append(Failure(source.path, "preprocess", f"{type(exc).__name__}: {exc}"))
+        return (Items.from_items(items) if items else None), failures
 
     def row(self, item: Item, output: dict[str, Any]) -> dict[str, Any]:
         """The result row (without `path`) for one item and its model output."""
         return {**item.meta, **output}
 
+    def rows(self, items: Items, outputs: Any) -> tuple[pa.Table, list[tuple[int, str]]]:
+        """The rows (without `path`) of one batch: a table with a row per usable item, in
+        order, and (position, reason) for each item whose output could not be used. The
+        default calls `row` per item; a task with columnar outputs overrides this."""
+        from gpucli.records import Item
+        from gpucli.writer import rows_to_table
+
+        names = list(items.meta)
+        good, bad = [], []
+        for position, output in enumerate(outputs):
+            item = Item(int(items.source_ids[position]), int(items.index[position]), None,
+                        int(items.cost[position]), {n: items.meta[n][position] for n in names})
+            try:
+                good.append(self.row(item, output))
+            except Exception as exc:  # noqa: BLE001 - a bad output costs one file
+                bad.append((position, f"unusable model output: {type(exc).__name__}: {exc}"))
+        return rows_to_table(good, self.schema()), bad
+
     def finish(self, source: Source, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """All rows of one source, in item order, once every item is done. A task whose items
         are pieces of one result (audio segments of one recording) merges them here."""
         return rows
+
+    @property
+    def merges_rows(self) -> bool:
+        """Whether `finish` merges a source's rows (then the run holds them per source)."""
+        return type(self).finish is not Task.finish
 
     # --- transport hooks (parent packs, worker unpacks; parent releases) -----------------
     def pack(self, payloads: list[Any]) -> Any:

@@ -1,0 +1,26 @@
+"""A null device for the host-path benchmark: the real embed task in the parent (decode,
+tokenize, chunk, batch, rows, Parquet, ledger), and a worker that loads nothing and returns
+a constant 384-d vector per item. What remains is gpucli's own host cost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucli.tasks.embed import EmbedTask
+
+
+class NullEmbedTask(EmbedTask):
+    name = "null-embed"
+
+    def setup(self, device: str) -> None:
+        import numpy as np
+
+        self.vector = np.full(384, 0.05, dtype=np.float32)
+
+    def predict(self, payloads: Any) -> Any:
+        import numpy as np
+
+        return [{"embedding": self.vector}] * len(payloads)
+
+
+NULL = "benchmarks.null_embed:NullEmbedTask"

@@ -1,0 +1,406 @@
+"""The core that both engines drive: a job built once from the config, one accounting of
+results, one writer of parts.
+
+    Job       config -> task (parent side), spec, caps, output (sink, lock, ledger, failures),
+              schema, metadata; the walk; the summary and its exit code
+    Accounts  read chunks, batch outputs and failures -> rows, failure records, done inputs
+
+An engine (`pipeline.py` for local processes, `engines/ray.py` for Ray) moves blocks of items
+to models and hands every outcome to the Accounts; it decides nothing about rows, failures,
+the ledger or exit codes.
+
+Bookkeeping is per batch, not per item: an input's status and the items it still waits for
+live in numpy arrays indexed by source id (a few bytes per input); its `Source` is held only
+until its rows are durable or it failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpucli import __version__
+from gpucli.batching import WINDOW_BATCHES, BatchCaps
+from gpucli.config import RunConfig
+from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, UsageError
+from gpucli.output import Output
+from gpucli.progress import Counts, Progress, make_progress
+from gpucli.reader import Found, ReadChunk, WalkFilter, WalkReport, walk
+from gpucli.records import Failure, Items, Source
+from gpucli.tasks import Task, TaskSpec, get_task
+from gpucli.writer import COMPLETE, DONE, FAILED, OPEN, Part, PartBuffer, rows_to_table
+
+STAGES = ("read", "queue", "infer", "write")
+
+
+@dataclass
+class RunSummary:
+    task: str
+    model: str
+    inputs: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    skipped: int = 0
+    rows: int = 0
+    out: str = ""
+    failures_file: str = ""
+    elapsed_s: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    items_per_s: float = 0.0
+    exit_code: int = 0
+    unchanged: int = 0  # done by an earlier run, counted in skipped
+    pruned: int = 0
+    unfinished: int = 0
+    interrupted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["stage_seconds"] = {k: round(v, 3) for k, v in self.stage_seconds.items()}
+        data["elapsed_s"] = round(self.elapsed_s, 3)
+        data["items_per_s"] = round(self.items_per_s, 2)
+        return data
+
+
+class BusyClock:
+    """Wall time during which at least one holder is inside (threads may overlap): a stage's
+    busy time, which cannot exceed the run's wall time however many threads do the work."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._since = 0.0
+        self.seconds = 0.0
+
+    def __enter__(self) -> BusyClock:
+        with self._lock:
+            if not self._active:
+                self._since = time.monotonic()
+            self._active += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            self._active -= 1
+            if not self._active:
+                self.seconds += time.monotonic() - self._since
+
+
+# --- the job ---------------------------------------------------------------------------------
+
+def default_out(task: str) -> str:
+    return f"{task}.parquet"
+
+
+def task_and_spec(config: RunConfig) -> tuple[type[Task], TaskSpec]:
+    """The task class, and the plain data that rebuilds it in a worker (any engine)."""
+    task_cls = get_task(config.task)
+    return task_cls, TaskSpec(config.task, config.model or task_cls.default_model, dict(config.task_options),
+                              config.dtype)
+
+
+def batch_caps(config: RunConfig, task_cls: type[Task], devices: list[str] | None = None) -> BatchCaps:
+    """The run's caps: flags where given, else the task's defaults (its CPU batch size when
+    every worker is on the CPU)."""
+    size, cost = task_cls.default_batch_size, task_cls.default_max_cost
+    if devices and all(d == "cpu" for d in devices):
+        size, cost = task_cls.cpu_batch_size or size, task_cls.cpu_max_cost or cost
+    max_cost = cost if config.max_batch_cost < 0 else config.max_batch_cost
+    return BatchCaps(config.batch_size or size, max_cost, config.max_wait_ms / 1000)
+
+
+def window_items(config: RunConfig, task_cls: type[Task], caps: BatchCaps) -> int:
+    """WINDOW_BATCHES batches, within the queue's size (big items keep small queues)."""
+    queue = config.queue_items or task_cls.queue_items
+    return max(caps.max_items, min(WINDOW_BATCHES * caps.max_items, queue))
+
+
+def quiet_parent_torch() -> None:
+    """The parent only routes: torch threads there (imported by a task's `open`, e.g. for a
+    Hugging Face image processor) would fight the workers for the cores."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
+def output_schema(task: Task):
+    """`path` first, then the task's columns."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field("path", pa.string())] + list(task.schema()))
+
+
+def output_metadata(task: Task) -> dict[str, str]:
+    return {**task.info(), "gpucli.version": __version__, "gpucli.task": task.name}
+
+
+def output_settings(spec: TaskSpec, task: Task, metadata: dict[str, str]) -> dict[str, Any]:
+    """Everything that changes the rows, with every option's effective value (a default
+    given as a flag is the same run): an output's ledger refuses a run with others."""
+    options = dataclasses.asdict(task.options) if dataclasses.is_dataclass(task.options) else dict(spec.options)
+    return {"task": spec.name, "model": spec.model, "options": options, "dtype": spec.dtype,
+            "info": {k: v for k, v in metadata.items() if k != "gpucli.version"}}
+
+
+def check_roots(paths: tuple[str, ...]) -> None:
+    missing = [p for p in paths if not os.path.lexists(p)]
+    if missing:
+        raise UsageError(f"no such file or directory: {', '.join(missing)}")
+    for p in paths:
+        if Path(p).is_dir() and not os.access(p, os.R_OK | os.X_OK):
+            raise UsageError(f"{p}: directory is not readable")
+
+
+class Job:
+    """One run's set-up, shared by the engines: built once from the config."""
+
+    def __init__(self, config: RunConfig, progress: Progress | None = None) -> None:
+        self.config = config
+        self.task_cls, self.spec = task_and_spec(config)
+        self.summary = RunSummary(task=self.task_cls.name, model=self.spec.model)
+        self.progress = progress or make_progress(config.progress, config.quiet, self.task_cls.name,
+                                                  self.task_cls.cost_name)
+        self.counts = Counts()
+        self.caps = batch_caps(config, self.task_cls)
+        self.clocks = {"read": BusyClock()}
+        self.started = time.monotonic()
+        self.report = WalkReport()
+
+    def open(self) -> None:
+        """The task's parent side, then the output (sink, lock, ledger, failure log). Blocking."""
+        check_roots(self.config.paths)
+        self.task = self.task_cls(self.spec)
+        self.task.open()
+        quiet_parent_torch()
+        self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental,
+                             state_dir=getattr(self.config, "state_dir", ""))
+        self.schema, metadata = output_schema(self.task), output_metadata(self.task)
+        self.output.open(self.schema, metadata, output_settings(self.spec, self.task, metadata))
+        self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
+        for notice in getattr(self.output.sink, "notices", []):
+            self.progress.log(f"gpucli: note: {notice}")
+        self.accounts = Accounts(self.task, self.output, self.summary, self.counts, self.schema)
+
+    def use_devices(self, devices: list[str]) -> None:
+        self.caps = batch_caps(self.config, self.task_cls, devices)
+
+    @property
+    def window_items(self) -> int:
+        return window_items(self.config, self.task_cls, self.caps)
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self.config.max_file_mb * 2**20)
+
+    @property
+    def chunk_files(self) -> int:
+        return self.config.read_chunk_files or self.task_cls.read_chunk_files
+
+    def walk(self) -> Iterator[Found]:
+        flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
+        return walk(list(self.config.paths), flt, self.output.walk_exclusions(), self.report)
+
+    def seen(self) -> Callable[[list[str]], None] | None:
+        """For --prune: where the walk's paths go (the ledger, not memory)."""
+        return self.output.mark_seen if self.config.prune else None
+
+    def prune(self) -> None:
+        """After a complete walk (never after an interrupt)."""
+        self.counts.walk_done = True
+        if self.config.prune:
+            self.summary.pruned = self.output.prune(self.report, getattr(self.config, "prune_all", False),
+                                                    self.progress.log)
+
+    def close(self, written: bool) -> None:
+        try:
+            self.output.close(written)
+        finally:
+            self.progress.update(self.accounts.counts_now())
+            self.progress.close()
+
+    def finish(self, stopping: int, infer_s: float, queue_s: float, write_s: float) -> RunSummary:
+        """The summary: counts, stage times (each a busy time within the wall time: `read` while
+        any reader thread worked, `queue` while the dispatcher had nothing to send, `infer` the
+        busiest worker's model time, `write` the writer thread's time) and the exit code."""
+        s = self.summary
+        s.unfinished = self.accounts.unfinished() if stopping and hasattr(self, "accounts") else 0
+        s.inputs = s.succeeded + s.failed + s.skipped + s.unfinished
+        s.elapsed_s = time.monotonic() - self.started
+        s.stage_seconds.update(read=self.clocks["read"].seconds, write=write_s, infer=infer_s, queue=queue_s)
+        s.items_per_s = self.counts.items / s.elapsed_s if s.elapsed_s else 0.0
+        s.interrupted = bool(stopping)
+        if stopping:
+            s.exit_code = EXIT_SIGTERM if stopping == signal.SIGTERM else EXIT_SIGINT
+        else:
+            s.exit_code = EXIT_FAILED if s.failed else EXIT_OK
+        return s
+
+
+# --- the accounting ---------------------------------------------------------------------------
+
+class Accounts:
+    """Every input ends as all of its rows or exactly one failure record.
+
+    Items of one input may finish in any order and in different batches. The rows of each
+    batch go into a `PartBuffer` at once; an input is COMPLETE when its last item is back,
+    and a part takes the rows of complete inputs only. If any item of an input fails, the
+    input fails once and its other rows are dropped. A task that merges an input's rows
+    (`finish`, e.g. a recording's chunks) gets them all together when it is complete."""
+
+    def __init__(self, task: Task, output: Output, summary: RunSummary, counts: Counts, schema: Any) -> None:
+        self.task = task
+        self.output = output
+        self.summary = summary
+        self.counts = counts
+        self.schema = schema
+        self.sources: dict[int, Source] = {}  # inputs in the model's hands or in the buffer
+        self.status = np.zeros(1024, dtype=np.int8)
+        self.waiting = np.zeros(1024, dtype=np.int32)  # items not yet back, per input
+        self.buffer = PartBuffer()
+        self._merging: dict[int, list[tuple[int, dict[str, Any]]]] = {}  # source id -> (index, row)
+
+    # --- from the reader --------------------------------------------------------------------
+    def read(self, chunk: ReadChunk) -> Items | None:
+        """A read chunk: failures and unchanged inputs end here; returns the block to run."""
+        self.counts.found += chunk.found
+        for failure in chunk.failures:
+            self.record_failure(failure)
+        if chunk.unchanged:
+            self.summary.unchanged += len(chunk.unchanged)
+            self.summary.skipped += len(chunk.unchanged)
+            self.output.unchanged(chunk.unchanged)
+        if chunk.block is None or not len(chunk.block):
+            return None
+        self.expect(chunk.sources, chunk.block)
+        return chunk.block
+
+    def expect(self, sources: list[Source], block: Items) -> None:
+        self._grow(int(block.source_ids.max()))
+        for source in sources:
+            self.sources[source.id] = source
+        ids, counts = np.unique(block.source_ids, return_counts=True)
+        self.status[ids] = OPEN
+        self.waiting[ids] = counts
+
+    def _grow(self, largest: int) -> None:
+        if largest < len(self.status):
+            return
+        size = max(largest + 1, 2 * len(self.status))
+        self.status = np.concatenate([self.status, np.zeros(size - len(self.status), np.int8)])
+        self.waiting = np.concatenate([self.waiting, np.zeros(size - len(self.waiting), np.int32)])
+
+    # --- from the models --------------------------------------------------------------------
+    def outputs(self, items: Items, outputs: Any) -> int:
+        """One batch's outputs: its rows into the buffer; returns the rows added."""
+        self.counts.items += len(items)
+        self.counts.cost += items.total_cost
+        try:
+            table, bad = self.task.rows(items, outputs)
+        except Exception as exc:  # noqa: BLE001 - a bad output costs its inputs, not the run
+            self.fail_items(items, "infer", f"unusable model output: {type(exc).__name__}: {exc}")
+            return 0
+        keep = np.ones(len(items), dtype=bool)
+        for position, reason in bad:
+            keep[position] = False
+            self.fail_source(int(items.source_ids[position]), "infer", reason)
+        ids, index = items.source_ids[keep], items.index[keep]
+        added = self._add_rows(table, ids, index)
+        self._arrived(items.source_ids)
+        return added
+
+    def _add_rows(self, table: Any, ids: np.ndarray, index: np.ndarray) -> int:
+        if self.task.merges_rows:
+            for row, sid, i in zip(table.to_pylist(), ids.tolist(), index.tolist()):
+                self._merging.setdefault(sid, []).append((i, row))
+            return 0
+        paths = [self.sources[sid].path if sid in self.sources else "" for sid in ids.tolist()]
+        import pyarrow as pa
+
+        self.buffer.add(table.add_column(0, "path", pa.array(paths, pa.string())), ids, index)
+        return table.num_rows
+
+    def _arrived(self, ids: np.ndarray) -> None:
+        unique, counts = np.unique(ids, return_counts=True)
+        self.waiting[unique] -= counts
+        complete = unique[(self.waiting[unique] <= 0) & (self.status[unique] == OPEN)]
+        self.status[complete] = COMPLETE
+        if self.task.merges_rows:
+            for sid in complete.tolist():
+                self._merge(sid)
+
+    def _merge(self, sid: int) -> None:
+        """All rows of a merging task's input are back: `finish` them into its final rows."""
+        source = self.sources[sid]
+        rows = [row for _, row in sorted(self._merging.pop(sid, []), key=lambda pair: pair[0])]
+        try:
+            rows = self.task.finish(source, rows)
+        except Exception as exc:  # noqa: BLE001
+            self.fail_source(sid, "infer", f"{type(exc).__name__}: {exc}")
+            return
+        for row in rows:
+            row["path"] = source.path
+        table = rows_to_table(rows, self.schema)
+        self.buffer.add(table, np.full(len(rows), sid, np.int64), np.arange(len(rows), dtype=np.int64))
+
+    def fail_items(self, items: Items, stage: str, reason: str) -> None:
+        """Items that failed for good: each of their inputs fails once."""
+        for sid in np.unique(items.source_ids).tolist():
+            self.fail_source(sid, stage, reason)
+
+    def fail_source(self, sid: int, stage: str, reason: str) -> None:
+        if self.status[sid] not in (OPEN, COMPLETE):
+            return
+        self.status[sid] = FAILED
+        self._merging.pop(sid, None)
+        source = self.sources.pop(sid)
+        self.record_failure(Failure(source.path, stage, reason))
+
+    def record_failure(self, failure: Failure) -> None:
+        self.output.failed(failure)
+        if failure.stage == "skip":
+            self.summary.skipped += 1
+        else:
+            self.summary.failed += 1
+
+    # --- from the writer --------------------------------------------------------------------
+    def take_part(self) -> Part | None:
+        """The rows of every complete input, as one part (on the loop or the driver)."""
+        return self.buffer.take(self.status)
+
+    def commit(self, part: Part, location: str | None) -> tuple[np.ndarray, int]:
+        """After the sink made `part` durable (writer thread): the ledger marks its inputs done."""
+        ids, counts = np.unique(part.source_ids, return_counts=True)
+        self.output.commit([self.sources[sid] for sid in ids.tolist()], counts.tolist(), location)
+        return ids, part.table.num_rows
+
+    def durable(self, committed: tuple[np.ndarray, int]) -> None:
+        """Back on the loop: count the inputs done and forget their sources."""
+        ids, rows = committed
+        self.status[ids] = DONE
+        for sid in ids.tolist():
+            self.sources.pop(sid, None)
+        self.summary.succeeded += len(ids)
+        self.summary.rows += rows
+
+    # --- at the end ---------------------------------------------------------------------------
+    def unfinished(self) -> int:
+        """Inputs handed to the models whose rows are not durable (after an interrupt)."""
+        return len(self.sources)
+
+    def lost(self, reason: str) -> None:
+        """Inputs no result came back for (an engine that drops work): each a failure record."""
+        for sid in [sid for sid in list(self.sources) if self.status[sid] in (OPEN, COMPLETE)]:
+            self.fail_source(sid, "infer", reason)
+
+    def counts_now(self) -> Counts:
+        c, s = self.counts, self.summary
+        c.done, c.failed, c.skipped, c.rows = s.succeeded, s.failed, s.skipped, s.rows
+        return c
