@@ -278,7 +278,11 @@ def _rel(path: str, base: Path) -> str:
     ledger all take it, and it reads as the name did. (Only a name that already holds the
     four characters `\\xNN` can look the same.) The file is opened by `Source.abspath`,
     which keeps the original bytes."""
-    rel = Path(os.path.relpath(path, base)).as_posix()
+    prefix = str(base).rstrip(os.sep) + os.sep
+    if os.sep == "/" and path.startswith(prefix):  # the walk's own paths: no relpath per file (a third of the walk)
+        rel = path[len(prefix):]
+    else:
+        rel = Path(os.path.relpath(path, base)).as_posix()
     return rel if rel.isascii() else os.fsencode(rel).decode("utf-8", "backslashreplace")
 
 

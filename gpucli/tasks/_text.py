@@ -9,7 +9,7 @@ give garbage vectors that look like data.
 from __future__ import annotations
 
 import codecs
-import unicodedata
+import re
 
 from gpucli.errors import InputError
 
@@ -57,9 +57,14 @@ def _utf16_like(data: bytes) -> bool:
     return max(even, odd) > len(head) // 4 and min(even, odd) < len(head) // 64 + 1
 
 
+# Unicode categories Cc (control, less \t \n \v \f \r), Cs (surrogates) and Co (private use):
+# one regex scan in C instead of a category lookup per character (0.3 s per 20k short files).
+CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ud800-\udfff\ue000-\uf8ff"
+                     "\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
+
+
 def _looks_binary(text: str) -> bool:
     sample = text[:65536]
     if not sample:
         return False
-    control = sum(1 for ch in sample if ch not in "\t\n\r\f\v" and unicodedata.category(ch) in ("Cc", "Cs", "Co"))
-    return control / len(sample) > MAX_CONTROL_RATIO
+    return len(CONTROL.findall(sample)) / len(sample) > MAX_CONTROL_RATIO
