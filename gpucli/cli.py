@@ -350,6 +350,31 @@ def search(
         searching.render(result, json_out)
 
 
+@app.command(name="inspect")
+def inspect_command(
+    out: Annotated[str, typer.Argument(help="A gpucli output: DIR.parquet or FILE.jsonl.", show_default=False,
+                                       metavar="OUT")],
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Describe a gpucli output: task, model, dims, pooling, prompt, rows, inputs done,
+    failures and the last run, from its metadata and its ledger.
+
+    Reads only: the ledger is opened read-only and the run lock is not taken, so it works
+    while a run writes the output.
+
+    \b
+    Examples:
+      gpucli inspect embed.parquet
+      gpucli inspect rows.jsonl --json
+
+    Exit codes: 0 done; 2 not a gpucli output (or unreadable); 3 internal error.
+    """
+    with _exit_codes():
+        from gpucli import inspect as inspecting
+
+        inspecting.render(inspecting.inspect_output(out), json_out)
+
+
 _register_tasks()
 
 if __name__ == "__main__":  # pragma: no cover
