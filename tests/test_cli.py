@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -74,6 +75,15 @@ def test_shell_completion_is_offered():
     assert "--install-completion" in text and "--show-completion" in text and "-V, --version" in text
 
 
+def test_shell_completion_completes_commands_and_options():
+    def complete(words: str) -> list[str]:
+        env = {"_GPUCLI_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+        return runner.invoke(app, [], prog_name="gpucli", env=env).output.split()
+
+    assert complete("gpucli em") == ["embed"]
+    assert complete("gpucli embed --batch") == ["--batch-size", "--batch-timeout-s"]
+
+
 def test_models_table_keeps_brackets_and_survives_markup_like_text():
     rows = [{"alias": "a[b]", "task": "transcribe", "backend": "funasr", "available": False, "default": False,
              "description": "Paraformer (gpucli[funasr]; [/usr/local])"}]
@@ -111,6 +121,25 @@ def test_gpucli_debug_lets_an_internal_error_raise(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUCLI_DEBUG", "1")
     result = runner.invoke(app, ["embed", str(tmp_path)])
     assert isinstance(result.exception, ValueError)
+
+
+def test_a_debug_traceback_on_a_non_terminal_stderr_is_plain_not_boxed(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys
+        from gpucli import engines
+        from gpucli.cli import main
+
+        def run_engine(config):
+            raise ValueError("boom")
+
+        engines.run_engine = run_engine
+        sys.argv = ["gpucli", "embed", {str(tmp_path)!r}]
+        main()
+    """)
+    env = {**os.environ, "GPUCLI_DEBUG": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 1 and "Traceback (most recent call last)" in done.stderr
+    assert "ValueError: boom" in done.stderr and "╭" not in done.stderr and "│" not in done.stderr
 
 
 def test_ctrl_c_before_the_engine_takes_over_exits_130_with_one_line(tmp_path, monkeypatch):
