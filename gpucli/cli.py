@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import io
 import json
 import os
 import signal
@@ -44,6 +45,8 @@ app = typer.Typer(
 EXIT_CODES_HELP = ("Exit codes: 0 all done; 1 some inputs failed (see the failures file); 2 bad usage or config; "
                    "3 the run itself failed (sink unreachable, disk full, internal error); 75 another run holds "
                    "the lock on this output; 130 interrupted by Ctrl-C, 143 by SIGTERM (rerun to finish).")
+
+EXIT_BROKEN_PIPE = 128 + 13  # what a C tool killed by SIGPIPE exits with (`set -o pipefail` sees it)
 
 # Click's placeholders for option values, by Python type; flags take none.
 METAVARS: dict[Any, str] = {str: "TEXT", int: "INTEGER", float: "FLOAT", Path: "PATH", list[str]: "TEXT"}
@@ -231,12 +234,24 @@ def _exit_codes() -> Iterator[None]:
     except Terminated:
         _error("terminated (SIGTERM)")
         raise typer.Exit(EXIT_SIGTERM) from None
+    except BrokenPipeError:  # `gpucli search ... | head`: the reader left; not a bug
+        _silence_stdout()
+        raise typer.Exit(EXIT_BROKEN_PIPE) from None
     except Exception as exc:  # noqa: BLE001 - the boundary: a bug becomes exit 3, not a traceback in a log
         if debug:
             raise
         _error(f"internal error: {internal_message(exc)} (a bug in gpucli; rerun with GPUCLI_DEBUG=1 "
                "for the traceback)")
         raise typer.Exit(EXIT_RUN_FAILED) from None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # no real file descriptor (a test runner's buffer)
 
 
 def internal_message(exc: BaseException, limit: int = 300) -> str:

@@ -142,6 +142,14 @@ def test_a_debug_traceback_on_a_non_terminal_stderr_is_plain_not_boxed(tmp_path)
     assert "ValueError: boom" in done.stderr and "╭" not in done.stderr and "│" not in done.stderr
 
 
+def test_a_reader_that_leaves_early_is_a_broken_pipe_not_an_error():
+    proc = subprocess.Popen([sys.executable, "-m", "gpucli", "models", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # as `| head -0` does
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and stderr == ""
+
+
 def test_ctrl_c_before_the_engine_takes_over_exits_130_with_one_line(tmp_path, monkeypatch):
     def interrupt():
         raise KeyboardInterrupt
