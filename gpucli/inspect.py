@@ -42,7 +42,7 @@ class Report:
     inputs_failed: int = 0  # failed in the ledger, waiting for a retry
     failures: int | None = None  # records in the failures file (None: no such file)
     failures_file: str = ""
-    last_run: str | None = None  # ISO time of the last run that wrote (ledger, failures file)
+    last_run: str | None = None  # ISO time of the last run: meta.last_run, the ledger, the failures file
     gpucli_version: str = ""
     metadata: dict[str, str] = field(default_factory=dict)  # every gpucli.* key, prefix dropped
 
@@ -180,8 +180,18 @@ def _count_ledger(report: Report, ledger: sqlite3.Connection, layout: Layout) ->
         report.parts, report.rows = len(parts), sum(_part_rows(p) for p in parts)
     else:
         report.rows = int(done_rows)
-    times = [t for t in (updated, _mtime(layout.failures)) if t]
+    times = [t for t in (updated, _mtime(layout.failures), _recorded_run(ledger)) if t]
     report.last_run = _iso(max(times)) if times else None
+
+
+def _recorded_run(ledger: sqlite3.Connection) -> float | None:
+    """`meta.last_run` (seconds since the epoch), where the engine records when a run ended:
+    the other clues miss a run that changed nothing and could not write its failures file."""
+    row = ledger.execute("select value from meta where key = 'last_run'").fetchone()
+    try:
+        return float(row[0]) if row and row[0] else None
+    except ValueError:
+        return None
 
 
 def _part_rows(part: Path) -> int:

@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import sqlite3
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -119,6 +120,17 @@ def test_inspect_works_while_a_run_holds_the_lock_and_writes(tmp_path):
         os.close(lock)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["inputs_done"] == 3  # read through the writer's WAL
+
+
+def test_last_run_prefers_the_time_the_engine_recorded(tmp_path):
+    out = make_parquet_output(tmp_path)
+    os.utime(tmp_path / "docs [draft].failures.jsonl", (1_600_000_000, 1_600_000_000))
+    db = sqlite3.connect(out / "_gpucli" / "ledger.sqlite")
+    db.execute("insert into meta values ('last_run', '1800000000.5')")
+    db.commit()
+    db.close()
+    report = json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)
+    assert report["last_run"] == datetime.fromtimestamp(1_800_000_000.5).astimezone().isoformat(timespec="seconds")
 
 
 def test_inspect_of_a_parquet_output_whose_inputs_all_failed_uses_the_ledger_metadata(tmp_path):
