@@ -1,7 +1,8 @@
-"""The Typer app: one command per task (built from the task registry), plus `models`.
+"""The Typer app: one command per task (built from the task registry), plus `models`,
+`search` and `inspect`.
 
-Commands only parse flags into a `RunConfig` and call `pipeline.run`; typed errors become
-exit codes here. Nothing heavy is imported until a command runs: `gpucli --help` must
+Commands only parse flags into a `RunConfig` and call the engine; typed errors, interrupts
+and bugs become one line on stderr and an exit code here (`_exit_codes`). Nothing heavy is imported until a command runs: `gpucli --help` must
 stay fast and must not import torch.
 
 Help is Click's plain formatter (`rich_markup_mode=None`), not rich markup: help texts hold
@@ -91,7 +92,7 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:  # between Python's start and a command's own guard
-        _error("interrupted")
+        _error("interrupted (Ctrl-C)")
         sys.exit(EXIT_SIGINT)
 
 
