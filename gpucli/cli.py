@@ -1,24 +1,35 @@
-"""The Typer app: one command per task (built from the task registry), plus `models`.
+"""The Typer app: one command per task (built from the task registry), plus `models`,
+`search` and `inspect`.
 
-Commands only parse flags into a `RunConfig` and call `pipeline.run`; typed errors become
-exit codes here. Nothing heavy is imported until a command runs: `gpucli --help` must
+Commands only parse flags into a `RunConfig` and call the engine; typed errors, interrupts
+and bugs become one line on stderr and an exit code here (`_exit_codes`). Nothing heavy is imported until a command runs: `gpucli --help` must
 stay fast and must not import torch.
+
+Help is Click's plain formatter (`rich_markup_mode=None`), not rich markup: help texts hold
+literal brackets (`pip install 'gpucli[ray]'`, `[env: GPUCLI_OUT]`) that markup would eat,
+and plain help reads the same in a terminal, a pager and a log.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import io
 import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
+import click
 import typer
 
 from gpucli import __version__
-from gpucli.errors import GpucliError
+from gpucli.errors import EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, GpucliError
 
 app = typer.Typer(
     name="gpucli",
@@ -27,12 +38,20 @@ app = typer.Typer(
     "JSON lines or Qdrant. Bad files become failure records; the run goes on.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals can hold API keys
-    add_completion=False,
+    rich_markup_mode=None,  # plain Click help: see the module docstring
+    add_completion=True,  # gpucli --install-completion; loads nothing until a shell asks
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-EXIT_CODES_HELP = ("Exit codes: 0 all done; 1 some inputs failed or the run failed; 2 bad usage or config; "
-                   "75 another run holds the lock on this output; 130 interrupted (rerun to finish).")
+EXIT_CODES_HELP = ("Exit codes: 0 all done; 1 some inputs failed (see the failures file); 2 bad usage or config; "
+                   "3 the run itself failed (sink unreachable, disk full, internal error); 75 another run holds "
+                   "the lock on this output; 130 interrupted by Ctrl-C, 143 by SIGTERM (rerun to finish).")
+
+EXIT_BROKEN_PIPE = 128 + 13  # what a C tool killed by SIGPIPE exits with (`set -o pipefail` sees it)
+
+# Click's placeholders for option values, by Python type; flags take none.
+METAVARS: dict[Any, str] = {str: "TEXT", int: "INTEGER", float: "FLOAT", Path: "PATH", list[str]: "TEXT"}
+METAVAR_OVERRIDES = {"out": "PATH|URL", "state_dir": "PATH"}
 
 # name -> (python type, flag declarations, help). Every default is None: "not given on the
 # command line", so the environment and the config file can fill it (see config.py).
@@ -68,7 +87,13 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
 
 
 def main() -> None:
-    app()
+    """The console script. A boxed (rich) traceback only on a terminal: logs get plain text."""
+    app.pretty_exceptions_enable = sys.stderr.isatty()
+    try:
+        app()
+    except KeyboardInterrupt:  # between Python's start and a command's own guard
+        _error("interrupted (Ctrl-C)")
+        sys.exit(EXIT_SIGINT)
 
 
 def _version(value: bool) -> None:
@@ -78,18 +103,23 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+def _root(version: Annotated[Optional[bool], typer.Option("--version", "-V", callback=_version, is_eager=True,
                                                           help="Show the version and exit.")] = None) -> None:
     pass
 
 
 def _option(name: str, kind: Any, flags: tuple[str, ...], help_text: str) -> inspect.Parameter:
-    if kind is bool and not any("/" in f for f in flags):
-        option = typer.Option(*flags, help=help_text, show_default=False)
-    else:
-        option = typer.Option(*flags, help=help_text, show_default=False)
+    """A keyword parameter whose default None means "not given" (config.py fills it from the
+    environment, the config file or the default); its help names its GPUCLI_* variable."""
+    metavar = None if kind is bool else METAVAR_OVERRIDES.get(name, METAVARS.get(kind, "TEXT"))
+    option = typer.Option(*flags, help=f"{help_text} [env: {env_name(name)}]", show_default=False, metavar=metavar)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[kind], option])
+
+
+def env_name(option: str) -> str:
+    """The environment variable config.py reads for an option (`batch_size` -> GPUCLI_BATCH_SIZE)."""
+    return f"GPUCLI_{option.upper()}"
 
 
 def _task_parameters(task_cls: type) -> list[inspect.Parameter]:
@@ -123,17 +153,19 @@ def _make_command(task_cls: type):
     params = [
         inspect.Parameter("paths", inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[Optional[list[str]], typer.Argument(
-                              help="Files and directories to read (directories are walked).", show_default=False)]),
+                              help="Files and directories to read (directories are walked).", show_default=False,
+                              metavar="PATH...")]),
         *[_option(*spec) for spec in COMMON_OPTIONS],
         inspect.Parameter("incremental", inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[Optional[bool], typer.Option(
                               "--incremental/--full", show_default=False,
                               help="Skip inputs already done in this output, or redo everything "
-                                   "(default: incremental).")]),
+                                   f"(default: incremental). [env: {env_name('incremental')}]")]),
         inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[Optional[Path], typer.Option(
                               "--config", "-c", help="TOML file of options (see configs/). Flags > GPUCLI_* "
-                                                     "environment > this file > defaults.", show_default=False)]),
+                                                     "environment > this file > defaults.", show_default=False,
+                              metavar="PATH")]),
         *_task_parameters(task_cls),
     ]
     command.__signature__ = inspect.Signature(params)
@@ -145,23 +177,88 @@ def _make_command(task_cls: type):
 
 def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> None:
     quiet = bool(cli.get("quiet"))
-    try:
+    with _sigterm_raises(), _exit_codes():
         from gpucli.config import build_config
 
         config = build_config(task_cls.name, task_cls.Options, cli, config_file)
         from gpucli.engines import run_engine
 
-        summary = run_engine(config)
+        summary = run_engine(config)  # the engine handles SIGINT / SIGTERM itself while it runs
+        if not config.quiet and not quiet:
+            _print_summary(summary)
+        if config.json:
+            print(json.dumps(summary.to_dict(), ensure_ascii=False), flush=True)
+    raise typer.Exit(summary.exit_code)
+
+
+class Terminated(BaseException):
+    """SIGTERM outside the engine's own handling (imports, set-up). A BaseException, as
+    KeyboardInterrupt is, so that no `except Exception` on the way swallows it."""
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Until the engine installs its handlers (and after it restores them), SIGTERM raises
+    `Terminated`, which `_exit_codes` turns into exit 143 with one line, no traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def _exit_codes() -> Iterator[None]:
+    """Whatever ends a command early becomes one line on stderr and its exit code: typed
+    errors their own, Ctrl-C 130, SIGTERM 143, anything unexpected 3 (a bug: the traceback
+    is shown with GPUCLI_DEBUG=1, never by default)."""
+    debug = bool(os.environ.get("GPUCLI_DEBUG"))
+    try:
+        yield
+    except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+        raise  # Typer's and Click's own ends (typer.Exit is a RuntimeError): not ours to translate
     except GpucliError as exc:
-        if os.environ.get("GPUCLI_DEBUG"):
+        if debug:
             raise
         _error(str(exc))
         raise typer.Exit(exc.exit_code) from None
-    if not config.quiet and not quiet:
-        _print_summary(summary)
-    if config.json:
-        print(json.dumps(summary.to_dict(), ensure_ascii=False), flush=True)
-    raise typer.Exit(summary.exit_code)
+    except KeyboardInterrupt:
+        _error("interrupted (Ctrl-C)")
+        raise typer.Exit(EXIT_SIGINT) from None
+    except Terminated:
+        _error("terminated (SIGTERM)")
+        raise typer.Exit(EXIT_SIGTERM) from None
+    except BrokenPipeError:  # `gpucli search ... | head`: the reader left; not a bug
+        _silence_stdout()
+        raise typer.Exit(EXIT_BROKEN_PIPE) from None
+    except Exception as exc:  # noqa: BLE001 - the boundary: a bug becomes exit 3, not a traceback in a log
+        if debug:
+            raise
+        _error(f"internal error: {internal_message(exc)} (a bug in gpucli; rerun with GPUCLI_DEBUG=1 "
+               "for the traceback)")
+        raise typer.Exit(EXIT_RUN_FAILED) from None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # no real file descriptor (a test runner's buffer)
+
+
+def internal_message(exc: BaseException, limit: int = 300) -> str:
+    """`Type: message` on one line, cut to `limit` characters (a log line, not a dump)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _error(message: str) -> None:
@@ -178,11 +275,20 @@ def _print_summary(s: Any) -> None:
         + (f", {s.unfinished} unfinished" if s.unfinished else "") + (f", {s.pruned} pruned" if s.pruned else ""),
         f"  {s.rows} rows -> {s.out} ({s.items_per_s:.1f} items/s; {stages})",
     ]
-    if s.failed or s.skipped:
+    if has_records(s.failures_file):
         lines.append(f"  failures and skips: {s.failures_file}")
     if s.interrupted:
         lines.append("  rerun the same command to finish the rest")
     print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def has_records(path: str) -> bool:
+    """Whether the failures file holds any record (unchanged inputs count as skipped, but are
+    not listed in it: a clean incremental rerun must not point at an empty file)."""
+    try:
+        return bool(path) and os.path.getsize(path) > 0
+    except OSError:
+        return False
 
 
 def _register_tasks() -> None:
@@ -199,36 +305,44 @@ def models(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
 
     Any local model directory or Hugging Face id in the local cache works with --model too.
     """
-    from gpucli.tasks import all_tasks
+    with _exit_codes():
+        from gpucli.tasks import all_tasks
 
-    entries = [entry for task_cls in all_tasks().values() for entry in task_cls.models()]
-    rows = [{"alias": e.alias, "task": e.task, "backend": e.backend, "available": bool(e.available()),
-             "description": e.description,
-             "default": e.alias == all_tasks()[e.task].default_model} for e in entries]
-    if json_out:
-        for row in rows:
-            print(json.dumps(row))
-        return
+        entries = [entry for task_cls in all_tasks().values() for entry in task_cls.models()]
+        rows = [{"alias": e.alias, "task": e.task, "backend": e.backend, "available": bool(e.available()),
+                 "description": e.description,
+                 "default": e.alias == all_tasks()[e.task].default_model} for e in entries]
+        if json_out:
+            for row in rows:
+                print(json.dumps(row))
+            return
+        models_table(rows)
+
+
+def models_table(rows: list[dict[str, Any]], console: Any = None) -> None:
+    """The models as a table on stdout. Cells are Text, never markup: a description such as
+    "gpucli[funasr]" must print its brackets."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="gpucli models")
     for column in ("alias", "task", "backend", "offline", "description"):
         table.add_column(column)
     for r in rows:
         alias = r["alias"] + (" (default)" if r["default"] else "")
-        table.add_row(alias, r["task"], r["backend"], "yes" if r["available"] else "no",
-                      r["description"])
-    Console().print(table)
+        cells = (alias, r["task"], r["backend"], "yes" if r["available"] else "no", r["description"])
+        table.add_row(*(Text(str(cell)) for cell in cells))
+    (console or Console()).print(table)
 
 
 @app.command()
 def search(
-    query: Annotated[str, typer.Argument(help="What to look for, in words.", show_default=False)],
-    source: Annotated[str, typer.Option("--in", "-i", show_default=False,
+    query: Annotated[str, typer.Argument(help="What to look for, in words.", show_default=False, metavar="QUERY")],
+    source: Annotated[str, typer.Option("--in", "-i", show_default=False, metavar="PATH|URL",
                                         help="An embed output: DIR.parquet, qdrant://HOST:PORT/COLLECTION or "
                                              "qdrant:PATH/COLLECTION.")],
-    k: Annotated[int, typer.Option("-k", "--top-k", help="How many chunks to show.")] = 10,
+    k: Annotated[int, typer.Option("-k", "--top-k", help="How many chunks to show.", metavar="INTEGER")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object per hit on stdout (rank, score, path, "
                                                           "chunk, char_start, char_end, text).")] = False,
 ) -> None:
@@ -242,18 +356,39 @@ def search(
       gpucli search "how do bees make honey" --in embed.parquet
       gpucli search "tidal forces" --in qdrant:./qdrant_data/docs -k 3 --json
 
-    Exit codes: 0 done; 1 the search failed (e.g. Qdrant unreachable); 2 bad usage or not an embed output.
+    Exit codes: 0 done; 1 the search failed (e.g. Qdrant unreachable); 2 bad usage or not an embed output;
+    3 internal error; 130 interrupted.
     """
-    try:
+    with _exit_codes():
         from gpucli import search as searching
 
         result = searching.search(source, query, k)
-    except GpucliError as exc:
-        if os.environ.get("GPUCLI_DEBUG"):
-            raise
-        _error(str(exc))
-        raise typer.Exit(exc.exit_code) from None
-    searching.render(result, json_out)
+        searching.render(result, json_out)
+
+
+@app.command(name="inspect")
+def inspect_command(
+    out: Annotated[str, typer.Argument(help="A gpucli output: DIR.parquet or FILE.jsonl.", show_default=False,
+                                       metavar="OUT")],
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Describe a gpucli output: task, model, dims, pooling, prompt, rows, inputs done,
+    failures and the last run, from its metadata and its ledger.
+
+    Reads only: the ledger is opened read-only and the run lock is not taken, so it works
+    while a run writes the output.
+
+    \b
+    Examples:
+      gpucli inspect embed.parquet
+      gpucli inspect rows.jsonl --json
+
+    Exit codes: 0 done; 2 not a gpucli output (or unreadable); 3 internal error.
+    """
+    with _exit_codes():
+        from gpucli import inspect as inspecting
+
+        inspecting.render(inspecting.inspect_output(out), json_out)
 
 
 _register_tasks()

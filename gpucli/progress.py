@@ -1,14 +1,19 @@
 """Progress on stderr: rich bars on a terminal, plain periodic lines under cron, or nothing.
 
-A swappable wrapper (pip's renderers): the pipeline calls `update` often and `log` for
-messages; each renderer decides what to show. stdout is never touched.
+A swappable wrapper (pip's renderers): the engine calls `start` once with the run's opening
+line (`start_line`), `update` often and `log` for messages; each renderer decides what to
+show. stdout is never touched. Plain lines carry an ISO timestamp, because a cron log is read
+after the fact; the rich display fits an 80-column terminal, its free-form detail taking the cut.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 
 @dataclass
@@ -26,6 +31,17 @@ class Counts:
     phase: str = ""  # e.g. "loading the model on 2 workers", shown while nothing else moves
 
 
+def start_line(version: str, task: str, model: str, devices: Sequence[str], out: str) -> str:
+    """The run's first line: what is running, where, into what (so that a log says it all)."""
+    where = ", ".join(sorted(set(devices))) or "none"
+    return f"gpucli {version} {task}: model {model}; devices {where}; out {out}"
+
+
+def timestamp() -> str:
+    """Local time with its UTC offset, to the second: sorts, and reads the same in any timezone."""
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
 class Progress:
     """Silent renderer (`--quiet`, `--progress off`); the base of the others."""
 
@@ -40,6 +56,9 @@ class Progress:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def start(self, text: str) -> None:
+        """The run's opening line (see `start_line`), once, before any work."""
+
     def update(self, counts: Counts) -> None:
         pass
 
@@ -51,7 +70,7 @@ class Progress:
 
 
 class PlainProgress(Progress):
-    """One line every `every_s` seconds: readable in cron logs."""
+    """One timestamped line every `every_s` seconds: readable in cron logs."""
 
     def __init__(self, task: str = "", cost_name: str = "items", every_s: float = 10.0, stream=None) -> None:
         super().__init__(task, cost_name)
@@ -59,6 +78,9 @@ class PlainProgress(Progress):
         self.stream = stream or sys.stderr
         self._last = 0.0
         self._counts = Counts()
+
+    def start(self, text: str) -> None:
+        self._line(text)
 
     def update(self, counts: Counts) -> None:
         self._counts = counts
@@ -68,47 +90,54 @@ class PlainProgress(Progress):
             self._print(counts, now)
 
     def _print(self, c: Counts, now: float) -> None:
-        elapsed = max(now - self.started, 1e-9)
-        total = f"/{c.found}" if c.walk_done else f" (of {c.found}+ found)"
-        phase = f"{c.phase}; " if c.phase else ""
-        print(f"gpucli {self.task}: {phase}{c.done + c.failed + c.skipped}{total} files, {c.failed} failed, "
-              f"{c.rows} rows, {c.items / elapsed:.1f} items/s, {c.cost / elapsed:.0f} {self.cost_name}/s, "
-              f"queue {c.queued}, in flight {c.in_flight}, {elapsed:.0f}s", file=self.stream, flush=True)
+        self._line(f"gpucli {self.task}: {status_text(c, now - self.started, self.cost_name)}")
+
+    def _line(self, text: str) -> None:
+        print(f"{timestamp()} {text}", file=self.stream, flush=True)
 
     def log(self, message: str) -> None:
-        print(f"gpucli: {message}", file=self.stream, flush=True)
+        self._line(f"gpucli: {message}")
 
     def close(self) -> None:
         self._print(self._counts, time.monotonic())
 
 
-class RichProgress(Progress):
-    """Live bars on a terminal; messages print above them."""
+def status_text(c: Counts, elapsed: float, cost_name: str) -> str:
+    elapsed = max(elapsed, 1e-9)
+    total = f"/{c.found}" if c.walk_done else f" (of {c.found}+ found)"
+    phase = f"{c.phase}; " if c.phase else ""
+    return (f"{phase}{c.done + c.failed + c.skipped}{total} files, {c.failed} failed, {c.rows} rows, "
+            f"{c.items / elapsed:.1f} items/s, {c.cost / elapsed:.0f} {cost_name}/s, queue {c.queued}, "
+            f"in flight {c.in_flight}, {elapsed:.0f}s")
 
-    def __init__(self, task: str = "", cost_name: str = "items") -> None:
+
+BAR_WIDTH = 24  # with spinner, name, M/N, elapsed and ETA: about 65 columns, so 80 leave room for detail
+
+
+class RichProgress(Progress):
+    """Live bars on a terminal; messages print above them. What the user needs at a glance
+    (the bar, M/N, the ETA) has a fixed width; the detail column takes what is left and is
+    cut with an ellipsis, never wrapped onto a second line that the live display would smear."""
+
+    def __init__(self, task: str = "", cost_name: str = "items", console: Any = None) -> None:
         super().__init__(task, cost_name)
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-        from rich.progress import Progress as Bars
 
-        self.console = Console(stderr=True)
-        self.bars = Bars(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                         TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[detail]}"),
-                         console=self.console, transient=False, refresh_per_second=4)
+        self.console = console or Console(stderr=True)
+        self.bars = _bars(self.console)
         self.bars.start()
         self.files = self.bars.add_task(f"{task} files", total=None, detail="")
 
+    def start(self, text: str) -> None:
+        self.console.print(text, highlight=False, markup=False)
+
     def update(self, c: Counts) -> None:
+        from rich.markup import escape
+
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        detail = (f"[yellow]{c.phase}[/] · " if c.phase else "") + (f"{c.rows} rows · {c.items / elapsed:.1f} items/s · {c.cost / elapsed:.0f} {self.cost_name}/s"
-                  f" · queue {c.queued} · in flight {c.in_flight}" + (f" · [red]{c.failed} failed" if c.failed else ""))
+        detail = (f"[yellow]{escape(c.phase)}[/] · " if c.phase else "") + (
+            f"{c.rows} rows · {c.items / elapsed:.1f} items/s · {c.cost / elapsed:.0f} {escape(self.cost_name)}/s"
+            f" · queue {c.queued} · in flight {c.in_flight}" + (f" · [red]{c.failed} failed" if c.failed else ""))
         self.bars.update(self.files, completed=c.done + c.failed + c.skipped,
                          total=c.found if c.walk_done else None, detail=detail)
 
@@ -117,6 +146,30 @@ class RichProgress(Progress):
 
     def close(self) -> None:
         self.bars.stop()
+
+
+def _bars(console: Any) -> Any:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.progress import Progress as Bars
+    from rich.table import Column
+
+    fixed = {"no_wrap": True}
+    return Bars(SpinnerColumn(table_column=Column(**fixed)),
+                TextColumn("[bold]{task.description}", table_column=Column(**fixed)),
+                BarColumn(bar_width=BAR_WIDTH, table_column=Column(**fixed)),
+                MofNCompleteColumn(table_column=Column(**fixed)),
+                TimeElapsedColumn(table_column=Column(**fixed)),
+                TimeRemainingColumn(table_column=Column(**fixed)),
+                TextColumn("{task.fields[detail]}",  # markup: update() escapes what it puts in
+                           table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis", min_width=0)),
+                console=console, transient=False, refresh_per_second=4, expand=True)
 
 
 def make_progress(mode: str, quiet: bool, task: str, cost_name: str) -> Progress:

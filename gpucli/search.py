@@ -228,14 +228,14 @@ class QdrantIndex:
 
 
 # --- printing ---------------------------------------------------------------------------------
-def render(result: SearchResult, as_json: bool) -> None:
-    """Hits on stdout (a table on a terminal, tab-separated lines otherwise, JSON lines with
-    --json); one line about the search on stderr."""
+def render(result: SearchResult, as_json: bool, console: Any = None) -> None:
+    """Hits on stdout (a table on a terminal or the `console` given, tab-separated lines
+    otherwise, JSON lines with --json); one line about the search on stderr."""
     if as_json:
         for rank, hit in enumerate(result.hits, 1):
             print(json.dumps(hit.to_dict(rank), ensure_ascii=False))
-    elif sys.stdout.isatty():
-        _table(result)
+    elif console is not None or sys.stdout.isatty():
+        _table(result, console)
     else:
         for hit in result.hits:
             print(f"{hit.score:.4f}\t{hit.path}\t{hit.chunk}\t{snippet(hit.text)}")
@@ -244,16 +244,19 @@ def render(result: SearchResult, as_json: bool) -> None:
           f"query embedded in {result.embed_s:.2f}s, searched in {result.search_s:.3f}s)", file=sys.stderr)
 
 
-def _table(result: SearchResult) -> None:
+def _table(result: SearchResult, console: Any = None) -> None:
+    """Paths and chunk text are user data: Text cells, never markup (a chunk holding
+    `[/usr/local]` is not a closing tag, a file named `notes [draft].txt` keeps its brackets)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(show_lines=False)
     for name, justify in (("score", "right"), ("path", "left"), ("chunk", "right"), ("snippet", "left")):
         table.add_column(name, justify=justify, overflow="fold" if name != "snippet" else "ellipsis")
     for hit in result.hits:
-        table.add_row(f"{hit.score:.4f}", hit.path, str(hit.chunk), snippet(hit.text))
-    Console().print(table)
+        table.add_row(f"{hit.score:.4f}", Text(hit.path), str(hit.chunk), Text(snippet(hit.text)))
+    (console or Console()).print(table)
 
 
 def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:

@@ -3,6 +3,7 @@ finding the right sample document."""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 from pathlib import Path
@@ -120,6 +121,22 @@ def test_cli_prints_lines_and_json(tmp_path, fixed_query):
     hits = [json.loads(line) for line in result.stdout.splitlines()]
     assert [h["rank"] for h in hits] == [1, 2, 3] and hits[0]["path"] == "f0.txt" and hits[0]["chunk"] == 2
     assert hits[0]["score"] == pytest.approx(2 / 5**0.5, abs=1e-5) and hits[0]["text"] == "text of row 2"
+
+
+def test_paths_and_chunks_full_of_brackets_print_as_they_are_on_a_terminal(capsys):
+    from rich.console import Console
+
+    from gpucli.search import Hit, SearchResult
+
+    hits = [Hit(0.9, "notes [draft].txt", 0, "see [/usr/local] and [b]"),
+            Hit(0.8, "a/[x]/b [/i].md", 3, "[red]not red[/red] :smile: [link=x]")]
+    screen = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None, record=True)
+    search_mod.render(SearchResult("x.parquet", "test-model", hits, 2, 0.1, 0.01), False, console=screen)
+    text = screen.export_text()
+    for needle in ("notes [draft].txt", "see [/usr/local] and [b]", "a/[x]/b [/i].md", "[red]not red[/red]",
+                   ":smile:", "[link=x]"):
+        assert needle in text, text
+    assert "2 hits from x.parquet" in capsys.readouterr().err
 
 
 # --- Qdrant -----------------------------------------------------------------------------------
