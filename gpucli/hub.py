@@ -39,9 +39,15 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # "org/name"
 
 # What a PyTorch loader never reads: other frameworks' weights and exports. Skipping them
 # saves most of a typical repo (BAAI/bge-small-en-v1.5: onnx/ is 3x the safetensors).
+# Training state (optimizer, scheduler, RNG) is never needed either.
 NEVER_NEEDED = ["*.onnx", "*.onnx_data", "onnx/*", "*.h5", "tf_model*", "*.msgpack", "flax_model*", "*.tflite",
-                "*.ot", "*.gguf", "openvino/*", "coreml/*", "*.mlmodel", "*.mlpackage/*"]
-PICKLED_WEIGHTS = ["*.bin", "*.pt", "*.pth"]  # only fetched when the repo has no safetensors
+                "*.ot", "*.gguf", "openvino/*", "coreml/*", "*.mlmodel", "*.mlpackage/*", "optimizer.pt",
+                "scheduler.pt", "rng_state*.pth", "training_args.bin"]
+# The model's PyTorch pickles at the top level, fetched only when no model.safetensors stands beside
+# them. Named, not globbed: huggingface_hub matches patterns against the whole path, where "*" spans
+# "/", and a module's own weights (2_Dense/pytorch_model.bin) may have no safetensors twin.
+PICKLED_WEIGHTS = ["pytorch_model.bin", "pytorch_model-*-of-*.bin", "pytorch_model.bin.index.json"]
+SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")
 # faster-whisper's own list for a CTranslate2 Whisper model (faster_whisper.utils.download_model)
 CTRANSLATE2_FILES = ["config.json", "preprocessor_config.json", "model.bin", "tokenizer.json", "vocabulary.*"]
 KINDS = ("transformers", "ctranslate2")
@@ -119,7 +125,7 @@ def _snapshot(repo_id: str, revision: str, kind: str, local_only: bool) -> Resol
         path = _download(repo_id, revision, local_only, allow=CTRANSLATE2_FILES, ignore=None)
     else:
         path = _download(repo_id, revision, local_only, allow=None, ignore=NEVER_NEEDED + PICKLED_WEIGHTS)
-        if not any(Path(path).rglob("*.safetensors")):  # an older repo: PyTorch pickles are its weights
+        if not any((Path(path) / name).is_file() for name in SAFETENSORS):  # an older repo: pickles are its weights
             path = _download(repo_id, revision, local_only, allow=None, ignore=NEVER_NEEDED)
     commit = Path(path).name if COMMIT.match(Path(path).name) else ""
     fetched = any(str(p) not in before for p in Path(path).rglob("*") if p.is_file())
@@ -141,12 +147,12 @@ def _download(repo_id: str, revision: str, local_only: bool, allow: list[str] | 
 def _hub_error(repo_id: str, revision: str, exc: Exception, local_only: bool) -> UsageError:
     name = type(exc).__name__
     if name in ("RepositoryNotFoundError", "GatedRepoError"):
-        return UsageError(f"model {repo_id!r} is not on the Hugging Face Hub, or it is private or gated "
-                          f"({name}): check the id, or log in with `hf auth login` (or set HF_TOKEN) for a "
-                          "private or gated model")
+        return UsageError(f"cannot find model {repo_id!r} on the Hugging Face Hub, nor in the local cache: it "
+                          f"does not exist, or it is private or gated ({name}). Check the id, or log in with "
+                          "`hf auth login` (or set HF_TOKEN) for a private or gated model.")
     if name == "RevisionNotFoundError":
-        return UsageError(f"model {repo_id!r} has no revision {revision!r} on the Hugging Face Hub: give a "
-                          "branch, tag or commit hash that exists (--revision)")
+        return UsageError(f"cannot find model {repo_id!r} at revision {revision!r}: the Hugging Face Hub has no "
+                          "such branch, tag or commit of it (--revision)")
     if offline():
         return _not_found(repo_id, revision, "offline (HF_HUB_OFFLINE=1) and not in the local cache")
     if local_only:

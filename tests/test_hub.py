@@ -37,7 +37,8 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OLDER = "fedcba9876543210fedcba9876543210fedcba98"
 FILES = {"config.json": b'{"model_type": "bert"}', "model.safetensors": b"weights", "tokenizer.json": b"{}",
          "1_Pooling/config.json": b'{"pooling_mode_mean_tokens": true}', "onnx/model.onnx": b"onnx",
-         "pytorch_model.bin": b"pickle", "tf_model.h5": b"tf", "flax_model.msgpack": b"flax"}  # distinct contents:
+         "pytorch_model.bin": b"pickle", "tf_model.h5": b"tf", "flax_model.msgpack": b"flax",
+         "2_Dense/pytorch_model.bin": b"dense", "optimizer.pt": b"adam"}  # distinct contents:
 # a file whose blob is already cached is linked, not fetched
 
 
@@ -260,8 +261,10 @@ def test_an_id_is_downloaded_into_the_cache_once_and_then_used_offline(fake_hub,
     assert first.source == "hub-download" and first.revision == COMMIT and first.repo_id == "org/tiny"
     assert Path(first.path) == hf_home / "hub" / "models--org--tiny" / "snapshots" / COMMIT
     assert (Path(first.path) / "model.safetensors").read_bytes() == b"weights"
-    # what a PyTorch loader never reads is never fetched: ONNX, TF, Flax, and .bin beside safetensors
-    assert fake_hub.fetched() == {"config.json", "model.safetensors", "tokenizer.json", "1_Pooling/config.json"}
+    # what a PyTorch loader never reads is never fetched: ONNX, TF, Flax, training state, and the
+    # model's .bin beside its safetensors; a module's own .bin (no safetensors twin) is
+    assert fake_hub.fetched() == {"config.json", "model.safetensors", "tokenizer.json", "1_Pooling/config.json",
+                                  "2_Dense/pytorch_model.bin"}
     fake_hub.requests.clear()
     again = resolve_model_dir("org/tiny")
     assert again == ResolvedModel(first.path, "org/tiny", COMMIT, "hub-cache") and not fake_hub.fetched()
@@ -289,13 +292,13 @@ def test_a_pinned_revision_downloads_that_commit(fake_hub):
 
 
 def test_a_revision_the_hub_does_not_have_is_exit_2_naming_it(fake_hub):
-    with pytest.raises(UsageError, match="has no revision 'v9'") as caught:
+    with pytest.raises(UsageError, match="'org/tiny' at revision 'v9': the Hugging Face Hub has no such") as caught:
         resolve_model_dir("org/tiny", "v9")
     assert caught.value.exit_code == EXIT_USAGE
 
 
 def test_a_repo_the_hub_does_not_have_is_exit_2(fake_hub):
-    with pytest.raises(UsageError, match="'org/nothing' is not on the Hugging Face Hub"):
+    with pytest.raises(UsageError, match="cannot find model 'org/nothing' on the Hugging Face Hub"):
         resolve_model_dir("org/nothing")
 
 
