@@ -105,6 +105,13 @@ def resolve_model_dir(model: str, revision: str = "", kind: str = "transformers"
     return _snapshot(model, revision, kind, local_only=False)
 
 
+def hide_download_progress() -> None:
+    """No download bars (`--quiet`, `--progress off`): huggingface_hub's switch, for this process."""
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+
+
 def offline() -> bool:
     """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) as huggingface_hub reads it, but read now."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""

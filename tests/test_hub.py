@@ -27,6 +27,7 @@ from gpucli.hub import (
     check_package,
     check_package_weights,
     expected_weights,
+    hide_download_progress,
     hub_info,
     package_model,
     resolve_model_dir,
@@ -302,9 +303,21 @@ def test_a_repo_the_hub_does_not_have_is_exit_2(fake_hub):
         resolve_model_dir("org/nothing")
 
 
-def test_download_progress_never_reaches_stdout(fake_hub, capfd):
+def test_download_progress_goes_to_stderr_never_stdout(fake_hub, capfd):
     resolve_model_dir("org/tiny")
-    assert capfd.readouterr().out == ""
+    out, err = capfd.readouterr()
+    assert out == "" and "Fetching" in err
+
+
+def test_download_progress_can_be_hidden(fake_hub, capfd):
+    from huggingface_hub.utils import enable_progress_bars
+
+    hide_download_progress()
+    try:
+        resolve_model_dir("org/tiny")
+    finally:
+        enable_progress_bars()
+    assert capfd.readouterr() == ("", "")
 
 
 # --- default models: their package, and their weights' digests -----------------------------------
