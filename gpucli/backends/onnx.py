@@ -5,8 +5,10 @@ batch and sequence axes. Measured with torch 2.13 / transformers 5.24 on all-Min
 no extra dependency, hidden states within 1e-5 of torch at batch x length 1x3 .. 32x256 with
 padded rows. The dynamo exporter gave the same numbers but took 9.2 s and needs onnxscript.
 Two traps of tracing, both handled here:
-- the example batch must hold a padded row: transformers drops an all-ones attention mask
-  (it then runs attention without one), and a trace of that path would ignore padding forever;
+- the example batch holds a padded row: transformers drops an all-ones attention mask (and runs
+  attention without one); 5.x keeps the mask while tracing (checked: an unpadded example gives a
+  graph that honours padding too), older releases may not, and a trace of the no-mask path
+  would ignore padding for good;
 - tracing leaves the traced torch module computing wrong numbers afterwards (seen: hidden
   states off by 1.5), so the exporter loads its own copy of the model and throws it away.
 
@@ -273,8 +275,8 @@ def _text_input_names(model: Any) -> tuple[str, ...]:
 
 
 def _example_text_batch(config: Any, inputs: tuple[str, ...]) -> tuple[Any, ...]:
-    """Two rows of 16 tokens, the second padded after 9: with no padding in the example, the
-    trace would take transformers' no-mask shortcut and ignore attention masks for good."""
+    """Two rows of 16 tokens, the second padded after 9, so that the trace never takes a
+    transformers shortcut for unpadded batches (see the module doc)."""
     import torch
 
     vocab = int(getattr(config, "vocab_size", 0) or 1000)
