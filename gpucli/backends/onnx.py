@@ -21,13 +21,16 @@ last. A reader trusts the .onnx only when its bytes hash to the sidecar's sha256
 truncated or half-written file is rebuilt (under the lock), never loaded. Two runs exporting at
 once: one exports, the other waits on the lock and then loads what the first wrote.
 
-Quantization (`int8`): `onnxruntime.quantization.quantize_dynamic` of the fp32 export, int8
-weights per output channel, MatMul only (the embedding tables stay fp32), and the feed-forward
-down-projections (weights taller than wide: 1536 -> 384 in MiniLM) stay fp32: their inputs,
-after GELU, have the outliers that per-tensor activation scales lose. Measured on the default
-embed model, min cosine to fp32 over 205 one-sentence (incl. "ok") and 30 230-token texts:
-per-tensor weights 0.90; per-channel 0.957 (worst on "ok": 3 tokens); per-channel with the
-down-projections fp32 0.981 (0.996 on the long texts), the recipe used here.
+Quantization (`int8`): `onnxruntime.quantization.quantize_dynamic` of the fp32 export: int8
+weights per output channel, MatMul only (the embedding tables stay fp32); activations are
+quantized per batch at run time, so an int8 vector depends slightly on its batch-mates.
+Measured on the default embed model, interleaved, median of 3, batches of 32 sorted by length,
+min cosine to fp32 over 256 one-sentence and 32 230-token texts of benchmarks/corpus.py:
+  per-tensor weights                      short 1.97x fp32, cos 0.927; long 1.36x, cos 0.894
+  per-channel weights (this recipe)       short 1.84x fp32, cos 0.987; long 1.62x, cos 0.991
+  per-channel, FFN down-projections fp32  short 1.45x fp32, cos 0.992; long 1.35x, cos 0.996
+Tiny texts pool the fewest tokens and drift most: "ok" (3 tokens) 0.957 with this recipe, 0.977
+with the down-projections kept fp32, which cost a fifth of the speed; int8 is the opt-in for speed.
 
 Sessions. One `InferenceSession` per worker, built in the worker (`OnnxTextEncoder`,
 `OnnxImageClassifier`), intra-op threads = the worker's share of the cores, inter-op 1.
@@ -60,7 +63,7 @@ WEIGHT_GLOBS = ("config.json", "*.safetensors", "*.safetensors.index.json", "pyt
                 "pytorch_model.bin.index.json")
 EXTRA_INSTALL = "pip install 'gpucli[onnx]'  (onnxruntime and onnx; onnxruntime-gpu instead on CUDA hosts)"
 LITE0 = "efficientnet-lite0"
-QUANTIZE_RECIPE = "int8 weights per channel, MatMul only, FFN down-projections fp32"
+QUANTIZE_RECIPE = "int8 weights per channel, MatMul only"
 
 
 # --- where, and under which key ----------------------------------------------------------------
@@ -142,7 +145,11 @@ def cached_model(directory: Path, key: dict[str, Any], build: Callable[[Path], N
     data = read_verified(directory, key)
     if data is not None:
         return data, False
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write the ONNX model cache at {directory} ({exc.strerror or exc}); point "
+                         "XDG_CACHE_HOME at a writable directory, or use --backend torch") from None
     with _locked(directory / LOCK_FILE):
         data = read_verified(directory, key)  # another run may have built it while we waited
         if data is not None:
@@ -326,20 +333,9 @@ def _quantize(fp32: Path, out: Path) -> None:
     logging.disable(logging.WARNING)  # "consider pre-processing" advice on the root logger, per call
     try:
         quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul"], nodes_to_exclude=down_projections(fp32))
+                         op_types_to_quantize=["MatMul"])
     finally:
         logging.disable(logging.NOTSET)
-
-
-def down_projections(path: Path) -> list[str]:
-    """Names of the MatMul nodes whose constant weight has more rows than columns: a
-    transformer's feed-forward down-projections (see the module doc for why they stay fp32)."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    shapes = {init.name: tuple(init.dims) for init in model.graph.initializer}
-    return [node.name for node in model.graph.node if node.op_type == "MatMul" and len(node.input) == 2
-            and len(shape := shapes.get(node.input[1], ())) == 2 and shape[0] > shape[1]]
 
 
 class OnnxTextEncoder:
