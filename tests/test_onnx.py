@@ -399,3 +399,65 @@ def test_onnx_classifier_top1_equals_torch_on_every_sample_image(tmp_path):
     assert list(logits.argmax(1)) == list(reference.argmax(1))
     assert np.abs(logits - reference).max() < 1e-3
     assert not ob.OnnxImageClassifier(LITE0, threads=1, cache_root=tmp_path).exported
+
+
+# --- other model families and two processes at once -------------------------------------------------
+def _tiny(directory: Path, kind: str) -> Path:
+    """A tiny randomly initialised encoder saved as a model directory."""
+    import torch
+    from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(0)
+    if kind == "distilbert":  # takes no token_type_ids
+        model = DistilBertModel(DistilBertConfig(vocab_size=120, dim=32, n_layers=2, n_heads=2, hidden_dim=64))
+    else:
+        model = BertModel(BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64))
+    model.save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert"])
+def test_encoders_with_and_without_token_type_ids_export_and_equal_torch(tmp_path, kind):
+    import numpy as np
+    import torch
+    from transformers import AutoModel
+
+    model_dir = _tiny(tmp_path / kind, kind)
+    encoder = ob.OnnxTextEncoder(model_dir, threads=1, cache_root=tmp_path / "cache")
+    assert ("token_type_ids" in encoder.input_names) == (kind == "bert")
+    reference = AutoModel.from_pretrained(model_dir).eval()
+    ids = np.random.default_rng(0).integers(5, 120, (4, 11))
+    mask = np.ones_like(ids)
+    mask[1, 7:], mask[3, 2:] = 0, 0
+    with torch.inference_mode():
+        expected = reference(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state
+    got = encoder.hidden(ids, mask)
+    assert got.dtype == np.float32
+    assert np.abs(got - expected.numpy())[mask.astype(bool)].max() < 1e-4
+
+
+def _build_in_process(entry: str, marker: str) -> tuple[bytes, bool]:
+    """Runs in a spawned process: builds slowly, leaving a marker per build."""
+    def build(out: Path) -> None:
+        with open(marker, "a") as f:
+            f.write("built\n")
+        out.write_bytes(b"part one,")
+        time.sleep(0.5)
+        with open(out, "ab") as f:
+            f.write(b" part two")
+
+    return ob.cached_model(Path(entry), _key(), build)
+
+
+@pytest.mark.slow
+def test_two_processes_exporting_at_once_build_once_and_both_load_the_whole_file(tmp_path):
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    marker = tmp_path / "builds.txt"
+    with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_build_in_process, str(tmp_path / "e"), str(marker)) for _ in range(2)]
+        results = [f.result(timeout=120) for f in futures]
+    assert marker.read_text() == "built\n"
+    assert sorted(results, key=lambda r: r[1]) == [(b"part one, part two", False), (b"part one, part two", True)]
