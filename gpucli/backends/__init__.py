@@ -1,0 +1,53 @@
+"""Inference backends beside torch: ONNX Runtime (`gpucli.backends.onnx`).
+
+A task runs its model through torch by default. With `--backend onnx` the same weights are
+exported once to an ONNX graph in a per-user cache and run by ONNX Runtime in the workers;
+tokenizing, batching, pooling and output stay the task's own. Nothing here imports torch or
+onnxruntime at import time: `gpucli --help` imports the tasks, and the parent never needs them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from gpucli.errors import UsageError
+
+BACKENDS = ("auto", "torch", "onnx")
+QUANTIZATIONS = ("", "int8")
+INSTALL = "pip install 'gpucli[onnx]' (on CUDA hosts: pip install onnx onnxruntime-gpu)"
+
+
+def onnx_available() -> bool:
+    """Both halves of the `onnx` extra are importable (without importing them)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+
+
+def worker_threads(default: int = 1) -> int:
+    """The intra-op threads a worker may use: the worker sets OMP_NUM_THREADS to its share of the
+    cores before `setup` (gpucli.worker.limit_threads), so the ONNX session sizes itself the same."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
+    except ValueError:
+        return default
+
+
+def resolve_backend(choice: str, devices: list[str], quantize: str = "", onnx_on_cpu: bool = False) -> str:
+    """The backend a run uses, decided in the parent from plain data (nothing imported), the same
+    on every run of one host: `torch` or `onnx`.
+
+    `auto` picks onnx when int8 is asked for, or when every device is a CPU, the task says ONNX
+    is faster there for this model (`onnx_on_cpu`, from benchmarks/onnx_bench.py) and the onnx
+    extra is installed; else torch (GPUs stay on torch: onnxruntime-gpu is not measured yet)."""
+    if choice not in BACKENDS:
+        raise UsageError(f"--backend {choice!r}: choose one of {', '.join(BACKENDS)}")
+    if quantize not in QUANTIZATIONS:
+        raise UsageError(f"--quantize {quantize!r}: gpucli knows int8 (or none)")
+    if quantize and choice == "torch":
+        raise UsageError("--quantize int8 runs on ONNX Runtime: use --backend onnx (or auto), or drop --quantize")
+    if choice == "auto":
+        cpu_only = bool(devices) and all(d == "cpu" for d in devices)
+        choice = "onnx" if quantize or (cpu_only and onnx_on_cpu and onnx_available()) else "torch"
+    if choice == "onnx" and not onnx_available():
+        raise UsageError(f"--backend onnx needs ONNX Runtime: {INSTALL}")
+    return choice
