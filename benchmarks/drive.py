@@ -68,12 +68,12 @@ class TimedPool(WorkerPool):
         CPU["parent_ready"] = cpu_seconds([os.getpid()])
         CPU["workers_ready"] = cpu_seconds([w.pid for w in self.workers])
 
-    async def stop(self, deadline_s: float = 10.0) -> None:
+    async def stop(self, deadline: float) -> None:
         MARKS["stop"] = time.monotonic()
         CPU["workers_stop"] = cpu_seconds([w.pid for w in self.workers])
         if os.environ.get("BENCH_TRACEMALLOC"):
             report_allocations(int(os.environ["BENCH_TRACEMALLOC"]))
-        await super().stop(deadline_s)
+        await super().stop(deadline)
         MARKS["stopped"] = time.monotonic()
 
 
@@ -93,24 +93,20 @@ WRITES: list[dict] = []
 
 
 def timed_writer_class():
-    """gpucli's Writer with each flush split into its parts (wall seconds in the writer
-    thread): rows -> Arrow table, sink.write, commit (the ledger), and the wait between the
-    flush being scheduled and its thread starting."""
+    """gpucli's Writer with each part's write split in two (wall seconds in the writer thread):
+    sink.write and commit (the ledger)."""
     import gpucli.writer as writer_module
 
     class TimedWriter(writer_module.Writer):
-        def _write(self, rows, sources, counts):
-            entry = {"rows": len(rows), "files": len(sources), "start": time.monotonic()}
+        def write(self, part):
+            entry = {"rows": part.table.num_rows, "start": time.monotonic()}
             t0 = time.perf_counter()
-            table = writer_module.rows_to_table(rows, self.schema)
+            location = self.sink.write(part.table)
             t1 = time.perf_counter()
-            location = self.sink.write(table)
-            t2 = time.perf_counter()
-            if self.commit is not None:
-                self.commit(sources, counts, location)
-            t3 = time.perf_counter()
-            entry.update(table_s=t1 - t0, sink_s=t2 - t1, commit_s=t3 - t2)
+            result = self.commit(part, location)
+            entry.update(sink_s=t1 - t0, commit_s=time.perf_counter() - t1)
             WRITES.append(entry)
+            return result
 
     return TimedWriter
 
@@ -150,7 +146,7 @@ def main() -> None:
 
         SlowSink.sink_ms = args.slow_sink_ms
 
-        def open_slow(target: str) -> SlowSink:
+        def open_slow(target: str, **_: object) -> SlowSink:
             nonlocal sink
             sink = SlowSink(target)
             return sink

@@ -105,7 +105,7 @@ def task_and_spec(config: RunConfig) -> tuple[type[Task], TaskSpec]:
     """The task class, and the plain data that rebuilds it in a worker (any engine)."""
     task_cls = get_task(config.task)
     return task_cls, TaskSpec(config.task, config.model or task_cls.default_model, dict(config.task_options),
-                              config.dtype)
+                              config.dtype, config.revision)
 
 
 def batch_caps(config: RunConfig, task_cls: type[Task], devices: list[str] | None = None) -> BatchCaps:
@@ -145,9 +145,13 @@ def output_metadata(task: Task) -> dict[str, str]:
 def output_settings(spec: TaskSpec, task: Task, metadata: dict[str, str]) -> dict[str, Any]:
     """Everything that changes the rows, with every option's effective value (a default
     given as a flag is the same run): an output's ledger refuses a run with others."""
+    from gpucli.hub import DESCRIPTIVE_KEYS
+    from gpucli.tasks._st_modules import fingerprint_info
+
     options = dataclasses.asdict(task.options) if dataclasses.is_dataclass(task.options) else dict(spec.options)
+    info = {k: v for k, v in metadata.items() if k != "gpucli.version" and k not in DESCRIPTIVE_KEYS}
     return {"task": spec.name, "model": spec.model, "options": options, "dtype": spec.dtype,
-            "info": {k: v for k, v in metadata.items() if k != "gpucli.version"}}
+            "info": fingerprint_info(info)}
 
 
 def check_roots(paths: tuple[str, ...]) -> None:
@@ -177,6 +181,10 @@ class Job:
     def open(self) -> None:
         """The task's parent side, then the output (sink, lock, ledger, failure log). Blocking."""
         check_roots(self.config.paths)
+        if self.config.quiet or self.config.progress == "off":
+            from gpucli.hub import hide_download_progress
+
+            hide_download_progress()
         self.task = self.task_cls(self.spec)
         self.task.open()
         quiet_parent_torch()
@@ -186,11 +194,15 @@ class Job:
         self.output.open(self.schema, metadata, output_settings(self.spec, self.task, metadata))
         self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
         for notice in getattr(self.output.sink, "notices", []):
-            self.progress.log(f"gpucli: note: {notice}")
+            self.progress.log(f"note: {notice}")
         self.accounts = Accounts(self.task, self.output, self.summary, self.counts, self.schema)
 
     def use_devices(self, devices: list[str]) -> None:
+        """The caps for these devices, and the run's opening line (what, where, into what)."""
+        from gpucli.progress import start_line
+
         self.caps = batch_caps(self.config, self.task_cls, devices)
+        self.progress.start(start_line(__version__, self.task_cls.name, self.spec.model, devices, self.output.display))
 
     @property
     def window_items(self) -> int:

@@ -245,19 +245,21 @@ class Pipeline:
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
+        self._previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
+                previous = signal.getsignal(sig)
                 loop.add_signal_handler(sig, self._on_signal, sig)
+                self._previous[sig] = previous
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (tests drive the pipeline from threads)
 
     def _remove_signals(self) -> None:
+        """Give the signals back to whoever had them (the CLI's own handlers), not to SIG_DFL."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
+        for sig, previous in self._previous.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
 
     def _on_signal(self, sig: int) -> None:
         if self.signal_received:

@@ -99,11 +99,12 @@ def embed_queries(model: str, queries: list[str], prompt: str | None = None) -> 
     vectors = []
     for query in queries:
         try:
-            items = task.prepare(Source(0, "<query>", "<query>"), query.encode("utf-8"))
+            block, failures = task.prepare_many([Source(0, "<query>", "<query>")], [query.encode("utf-8")])
+            if failures:
+                raise InputError(failures[0].stage, failures[0].error)
         except InputError as exc:
             raise UsageError(f"the query cannot be embedded: {exc}") from None
-        outputs = task.predict([item.payload for item in items])
-        vector = np.asarray([o["embedding"] for o in outputs], dtype=np.float32).mean(axis=0)
+        vector = np.asarray(task.predict(block.payload), dtype=np.float32).mean(axis=0)
         vectors.append(vector / max(float(np.linalg.norm(vector)), 1e-12))
     return vectors
 

@@ -1,70 +1,133 @@
+"""Batches are cut from blocks of items (gpucli/batching.py), and travel as columns
+(gpucli/records.py): pure functions, no processes."""
+
 from __future__ import annotations
 
 import asyncio
 import time
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucli.batching import BatchCaps, sort_window, take_batch
+from gpucli.batching import END, Batcher, BatchCaps, BlockQueue, Windows, cut_points, sort_by_cost
 from gpucli.config import RunConfig
-from gpucli.pipeline import END, Pipeline
-from gpucli.progress import Progress
-from gpucli.records import Item
-from tests.fake_task import FAKE
+from gpucli.records import Items, Ragged
 
 
-def items(costs):
-    return [Item(0, i, None, c) for i, c in enumerate(costs)]
+def block(costs, source=0, start=0) -> Items:
+    n = len(costs)
+    return Items(np.full(n, source, np.int64), np.arange(start, start + n, dtype=np.int64),
+                 np.asarray(costs, dtype=np.int64), [f"p{start + i}" for i in range(n)],
+                 {"n": np.arange(start, start + n)})
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(1, 100), max_size=60), st.integers(1, 16), st.integers(0, 300))
-def test_take_batch_keeps_order_loses_nothing_and_respects_caps(costs, max_items, max_cost):
+def test_cut_points_keep_order_lose_nothing_and_respect_caps(costs, max_items, max_cost):
     caps = BatchCaps(max_items, max_cost)
-    pending = items(costs)
-    seen = []
-    while pending:
-        batch, pending = take_batch(pending, caps)
-        assert batch, "progress on every call"
+    ends = cut_points(np.asarray(costs, dtype=np.int64), caps)
+    start = 0
+    for end in ends:
+        batch = costs[start:end]
+        assert batch, "progress on every batch"
         assert len(batch) <= max_items
-        assert len(batch) == 1 or max_cost == 0 or sum(i.cost for i in batch) <= max_cost
-        seen.extend(batch)
-    assert [i.index for i in seen] == list(range(len(costs)))
+        assert len(batch) == 1 or max_cost == 0 or sum(batch) <= max_cost
+        if end < len(costs) and max_cost and len(batch) < max_items:
+            assert sum(batch) + costs[end] > max_cost, "the next item would have overflowed the budget"
+        start = end
+    assert start == len(costs)
 
 
-def test_sort_window_puts_similar_costs_together():
-    assert [i.cost for i in sort_window(items([3, 9, 1, 9, 3]))] == [9, 9, 3, 3, 1]
+def test_sort_by_cost_puts_similar_costs_together_largest_first():
+    costs = np.array([3, 9, 1, 9, 3])
+    assert costs[sort_by_cost(costs)].tolist() == [9, 9, 3, 3, 1]
 
 
-class _QuietPool:
-    async def wait_changed(self):
-        await asyncio.Event().wait()
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 30), max_size=40), min_size=1, max_size=8), st.data())
+def test_ragged_round_trips_ids_lengths_and_empty_rows(rows, data):
+    values = np.asarray([v for r in rows for v in r], dtype=np.int32)
+    lengths = np.asarray([len(r) for r in rows], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    ragged = Ragged(values, starts, lengths)
+    assert [ragged.row(i).tolist() for i in range(len(rows))] == rows
+    idx = np.asarray(data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=12)), dtype=np.int64)
+    taken = ragged.take(idx)
+    assert [taken.row(i).tolist() for i in range(len(idx))] == [rows[i] for i in idx]
+    halves = Ragged.concat([ragged.take(np.arange(0, len(rows) // 2)), ragged.take(np.arange(len(rows) // 2, len(rows)))])
+    assert [halves.row(i).tolist() for i in range(len(rows))] == rows
+
+
+def test_ragged_padded_frames_every_row_without_a_loop_and_masks_the_padding():
+    ragged = Ragged(np.array([5, 6, 7, 8, 9], np.int32), np.array([0, 2, 2, 2]), np.array([2, 3, 0, 1]))
+    ids, mask = ragged.padded(pad=0, prefix=[101, 7], suffix=[102])
+    assert ids.tolist() == [[101, 7, 5, 6, 102, 0], [101, 7, 7, 8, 9, 102], [101, 7, 102, 0, 0, 0],
+                            [101, 7, 7, 102, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0]]
+
+
+def test_overlapping_windows_share_one_array_and_the_largest_item_survives_a_take():
+    values = np.arange(1000, dtype=np.int32)
+    ragged = Ragged(values, np.array([0, 224, 448, 900]), np.array([256, 256, 256, 100]))
+    taken = ragged.take(np.array([3, 0]))
+    assert taken.row(0).tolist() == list(range(900, 1000)) and taken.row(1).tolist() == list(range(256))
+
+
+def test_items_take_and_concat_keep_every_column_aligned():
+    a, b = block([1, 2, 3], source=1), block([4, 5], source=2, start=3)
+    both = Items.concat([a, b])
+    part = both.take(np.array([4, 0, 2]))
+    assert part.source_ids.tolist() == [2, 1, 1] and part.index.tolist() == [4, 0, 2]
+    assert part.payload == ["p4", "p0", "p2"] and part.meta["n"].tolist() == [4, 0, 2]
+    assert part.cost.tolist() == [5, 1, 3] and part.without_payload().payload is None
+
+
+def test_windows_cut_sorted_batches_and_keep_a_partial_batch_for_the_next_window():
+    windows = Windows(BatchCaps(4), window_items=8)
+    windows.add(block([1, 5, 2, 7, 3, 6, 4]))
+    windows.cut(final=False)
+    first = windows.pop()
+    assert first.cost.tolist() == [7, 6, 5, 4] and windows.pop() is None
+    assert windows.count == 3, "the last, partial batch waits for more items"
+    windows.cut(final=True)
+    assert windows.pop().cost.tolist() == [3, 2, 1]
 
 
 def test_max_wait_flushes_a_partial_batch():
-    pipe = Pipeline(RunConfig(task=FAKE, paths=("x",), batch_size=100, max_wait_ms=50), progress=Progress())
-
     async def scenario():
-        pipe.queue = asyncio.Queue()
-        pipe.pool = _QuietPool()
-        for item in items([1, 2, 3]):
-            item.enqueued_at = time.monotonic()
-            pipe.queue.put_nowait(item)
+        queue = BlockQueue(100)
+        batcher = Batcher(queue, BatchCaps(100, 0, 0.05), window_items=1600)
+        await queue.put(block([1, 2, 3]))
         t0 = time.monotonic()
-        batch = await pipe._next_batch([])
+        batch = await batcher.next()
         waited = time.monotonic() - t0
-        pipe.queue.put_nowait(END)
-        rest = await pipe._next_batch([])
-        return batch, waited, rest
+        await queue.put(END)
+        rest = await batcher.next()
+        return batch, waited, rest, batcher
 
-    batch, waited, rest = asyncio.run(scenario())
+    batch, waited, rest, batcher = asyncio.run(scenario())
     assert len(batch) == 3 and 0.04 <= waited < 2.0
-    assert rest is None and pipe.input_done
+    assert rest is None and batcher.input_done and batcher.idle()
+
+
+def test_a_block_queue_is_bounded_by_items_but_always_takes_one_block():
+    async def scenario():
+        queue = BlockQueue(10)
+        await queue.put(block([1] * 50))  # over the bound, but the queue was empty
+        waiter = asyncio.ensure_future(queue.put(block([1] * 5)))
+        await asyncio.sleep(0.05)
+        blocked = not waiter.done()
+        queue.get_nowait()
+        await asyncio.wait_for(waiter, 2)
+        return blocked, queue.items
+
+    blocked, items = asyncio.run(scenario())
+    assert blocked and items == 5
 
 
 def test_cpu_runs_use_the_tasks_cpu_batch_size_and_flags_still_win():
-    from gpucli.pipeline import batch_caps
+    from gpucli.core import batch_caps
     from gpucli.tasks.embed import EmbedTask
 
     config = RunConfig(task="embed", paths=("x",))
@@ -79,30 +142,29 @@ def test_cpu_runs_use_the_tasks_cpu_batch_size_and_flags_still_win():
 
 
 def test_dispatcher_pads_about_as_little_as_a_global_sort():
-    """Sentence-length items arriving in random order: the batches cut from sorted windows
-    pad within a few percent of sorting everything (a sliding window padded ~27% more)."""
+    """Sentence-length items arriving in random order, in blocks of 64: the batches cut from
+    sorted windows pad within a few percent of sorting everything (a sliding window padded
+    ~27% more)."""
     import random
 
     rng = random.Random(7)
     costs = [rng.randint(12, 22) for _ in range(2000)]
-    pipe = Pipeline(RunConfig(task=FAKE, paths=("x",), batch_size=32), progress=Progress())
 
     async def scenario():
-        pipe.queue = asyncio.Queue(maxsize=4096)
-        pipe.pool = _QuietPool()
-        for item in items(costs):
-            item.enqueued_at = time.monotonic()
-            pipe.queue.put_nowait(item)
-        pipe.queue.put_nowait(END)
-        pending, batches = [], []
-        while (batch := await pipe._next_batch(pending)) is not None:
-            batches.append([i.cost for i in batch.items])
+        queue = BlockQueue(4096)
+        batcher = Batcher(queue, BatchCaps(32), window_items=16 * 32)
+        for start in range(0, len(costs), 64):
+            await queue.put(block(costs[start:start + 64], start=start))
+        await queue.put(END)
+        batches = []
+        while (batch := await batcher.next()) is not None:
+            batches.append(batch.cost.tolist())
         return batches
 
     batches = asyncio.run(scenario())
     assert sorted(c for b in batches for c in b) == sorted(costs)  # every item once
     assert all(len(b) <= 32 for b in batches) and sum(len(b) < 32 for b in batches) <= 1
     ordered = sorted(costs, reverse=True)
-    best = sum(max(ordered[i : i + 32]) * len(ordered[i : i + 32]) for i in range(0, len(ordered), 32))
+    best = sum(max(ordered[i: i + 32]) * len(ordered[i: i + 32]) for i in range(0, len(ordered), 32))
     padded = sum(max(b) * len(b) for b in batches)
     assert padded <= 1.05 * best, (padded, best)

@@ -375,7 +375,8 @@ def info(config: EmbedModelConfig, normalize: bool | None, prompts: Prompts) -> 
 # no prompt, no added lower-casing): an output's ledger fingerprint leaves these values out, so an
 # output whose vectors do not change (the default model's) stays incremental after the upgrade,
 # while one whose vectors do (a CLS model's) asks for --full.
-PRE_FIDELITY = {"gpucli.pooling": "mean", "gpucli.normalize": "true", "gpucli.prompt": "", "gpucli.lower_case": "false"}
+PRE_FIDELITY = {"gpucli.pooling": "mean", "gpucli.normalize": "true", "gpucli.prompt": "", "gpucli.lower_case": "false",
+                "gpucli.runtime": "torch", "gpucli.quantize": ""}  # ...and before the ONNX backend
 DESCRIPTIVE_KEYS = ("gpucli.pooling_source", "gpucli.normalize_source", "gpucli.prompt_name", "gpucli.query_prompt",
                     "gpucli.query_prompt_name")
 

@@ -45,6 +45,7 @@ class TaskSpec:
     model: str
     options: dict[str, Any] = field(default_factory=dict)
     dtype: str = "auto"
+    revision: str = ""  # --revision: a Hugging Face branch, tag or commit
 
 
 class Task:
