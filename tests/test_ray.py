@@ -81,6 +81,7 @@ def test_plan_gpus_per_actor_and_fractional_cpus():
         plan_for("cuda:0,1", 1, cpus=8, gpus=2)
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session, tmp_path):
     root = tmp_path / "docs"
@@ -88,6 +89,7 @@ def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session,
     (root / "bad").mkdir()
     (root / "bad" / "binary.txt").write_bytes(bytes(range(256)) * 8)
     (root / "bad" / "empty.txt").write_bytes(b"")
+    (root / "long.txt").write_text(" ".join(f"sentence number {i} about rivers and stones." for i in range(400)))
     local = run_with("local", "embed", [root], tmp_path / "local.parquet")
     remote = run_with("ray", "embed", [root], tmp_path / "ray.parquet")
 
@@ -98,6 +100,7 @@ def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session,
                                                                    ("bad/empty.txt", "read")]
     want, got = rows_by_key(tmp_path / "local.parquet"), rows_by_key(tmp_path / "ray.parquet")
     assert got.keys() == want.keys() and len(got) == remote.rows
+    assert sum(path == "long.txt" for path, _ in got) > 3  # a long document: several chunks, several batches
     for key, row in got.items():
         assert {k: v for k, v in row.items() if k != "embedding"} == {k: v for k, v in want[key].items()
                                                                        if k != "embedding"}
@@ -107,6 +110,7 @@ def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session,
     assert schema.metadata[b"gpucli.model"] == b"minilm" and schema.metadata[b"gpucli.dims"] == b"384"
 
 
+@pytest.mark.slow
 def test_predict_errors_stay_per_item_and_every_input_is_accounted_for(ray_session, tree, tmp_path):
     files = {f"d{i % 3}/f{i:02d}.txt": f"alpha {i}\nbeta gamma {i}\n" for i in range(24)}
     files.update({"boom.txt": "fine line\nthis one goes BOOM\n", "latin.txt": b"caf\xe9\n", "empty.txt": ""})
@@ -127,6 +131,26 @@ def test_predict_errors_stay_per_item_and_every_input_is_accounted_for(ray_sessi
     assert rows_by_key(tmp_path / "out.parquet") == rows
 
 
+@pytest.mark.slow
+def test_the_same_rows_failures_and_counts_as_the_local_engine_with_a_long_document(ray_session, tree, tmp_path):
+    """Blocks of several files, a document of many items spread over batches and predictor
+    calls, a file that fails to decode, an empty one, a predict error and parts of a few rows."""
+    files = {f"d{i % 4}/f{i:02d}.txt": f"alpha {i}\nbeta gamma {i}\n" for i in range(30)}
+    files.update({"long.txt": "".join(f"line {i} of {'word ' * (i % 7)}the long one\n" for i in range(150)),
+                  "latin.txt": b"caf\xe9\n", "empty.txt": "", "d1/boom.txt": "fine\nand BOOM here\n"})
+    root = tree(files)
+    kw = {"batch_size": 8, "read_chunk_files": 4, "queue_items": 16, "part_rows": 40}
+    local = run_with("local", FAKE, [root], tmp_path / "local.parquet", **kw)
+    remote = run_with("ray", FAKE, [root], tmp_path / "ray.parquet", **kw)
+
+    assert {k: getattr(remote, k) for k in SUMMARY_KEYS} == {k: getattr(local, k) for k in SUMMARY_KEYS}
+    assert (remote.inputs, remote.succeeded, remote.failed, remote.rows) == (34, 31, 3, 60 + 150)
+    assert failures(remote) == failures(local)
+    assert rows_by_key(tmp_path / "ray.parquet") == rows_by_key(tmp_path / "local.parquet")
+    assert len(list((tmp_path / "ray.parquet").glob("part-*.parquet"))) > 1  # parts as results stream in
+
+
+@pytest.mark.slow
 def test_setup_failure_stops_the_run_with_the_actors_message(ray_session, tree, tmp_path):
     root = tree({"a.txt": "one\n", "b.txt": "two\n"})
     with pytest.raises(WorkerSetupError, match="no weights here"):
@@ -152,10 +176,10 @@ def test_predictor_windows_match_the_local_dispatcher():
     from gpucli.tasks.transcribe import TranscribeTask
 
     job = RayJob(RunConfig(task="embed", paths=("x",), progress="off"))
-    job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
+    job.job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
     assert job._window() == 16 * 32
     job = RayJob(RunConfig(task="transcribe", paths=("x",), progress="off"))
     assert job._window() == TranscribeTask.queue_items
     job = RayJob(RunConfig(task="embed", paths=("x",), progress="off", queue_items=100))
-    job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
+    job.job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
     assert job._window() == 100
