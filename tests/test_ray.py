@@ -151,6 +151,37 @@ def test_the_same_rows_failures_and_counts_as_the_local_engine_with_a_long_docum
 
 
 @pytest.mark.slow
+def test_sigterm_keeps_complete_inputs_and_counts_the_rest_unfinished(ray_session, tree, tmp_path):
+    """SIGTERM once the first part is durable (sent by the progress hook, not by a clock):
+    exit 143, the written inputs are in the ledger, and every input is counted once; a rerun
+    finishes the rest."""
+    import os
+    import signal
+
+    from gpucli.engines.ray import run
+    from gpucli.progress import Progress
+
+    class TermAfterFirstPart(Progress):
+        def update(self, counts) -> None:
+            if counts.done and not getattr(self, "sent", False):
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    root = tree({f"f{i:02d}.txt": f"alpha {i}\nbeta {i}\n" for i in range(40)})
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(tmp_path / "out.parquet"), progress="off",
+                       devices="cpu", engine="ray", batch_size=2, read_chunk_files=2, queue_items=2, part_rows=1,
+                       task_options={"sleep_ms": 50})
+    stopped = run(config, TermAfterFirstPart())
+    assert stopped.exit_code == 143 and stopped.interrupted
+    assert 0 < stopped.succeeded < 40 and stopped.failed == 0
+    assert stopped.inputs == 40 == stopped.succeeded + stopped.unfinished
+    assert len(rows_by_key(tmp_path / "out.parquet")) == stopped.rows == 2 * stopped.succeeded
+    again = run(config, Progress())
+    assert (again.exit_code, again.unchanged, again.succeeded) == (0, stopped.succeeded, 40 - stopped.succeeded)
+    assert len(rows_by_key(tmp_path / "out.parquet")) == 80
+
+
+@pytest.mark.slow
 def test_setup_failure_stops_the_run_with_the_actors_message(ray_session, tree, tmp_path):
     root = tree({"a.txt": "one\n", "b.txt": "two\n"})
     with pytest.raises(WorkerSetupError, match="no weights here"):
@@ -164,6 +195,41 @@ def test_a_file_that_kills_its_actor_costs_only_itself(ray_session, tree, tmp_pa
     assert (summary.inputs, summary.succeeded, summary.failed, summary.exit_code) == (7, 6, 1, 1)
     [failure] = failures(summary)
     assert failure["path"] == "crash.txt" and failure["stage"] == "infer" and "died" in failure["error"]
+
+
+def test_a_private_ray_sweeps_dead_runs_temp_dirs_first_and_names_its_own_after_this_process(monkeypatch):
+    ray = pytest.importorskip("ray")
+    import os
+    import re
+
+    from gpucli import leftovers
+    from gpucli.engines.ray import connection
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(leftovers, "sweep_ray_temp", lambda: calls.append("sweep") or [])
+    monkeypatch.setattr(connection, "start_local", lambda temp_dir: calls.append(temp_dir))
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    leave = connection.connect()
+    assert calls[0] == "sweep" and os.path.isdir(calls[1])
+    assert re.match(leftovers.RAY_NAME, os.path.basename(calls[1]))
+    assert os.path.basename(calls[1]).startswith(f"gpucli-ray-{os.getpid()}-")
+    leave()
+    assert not os.path.exists(calls[1])
+
+
+def test_a_ray_that_cannot_be_reached_fails_the_run_with_exit_3():
+    pytest.importorskip("ray")
+    from gpucli.engines.ray.connection import joined
+    from gpucli.errors import RunFailedError
+
+    def refuse():
+        raise ConnectionError("connection refused\nmore detail")
+
+    with pytest.raises(RunFailedError, match="^cannot reach Ray at ray://nowhere:10001: connection refused$") as info:
+        joined(refuse, "ray://nowhere:10001")
+    assert info.value.exit_code == 3
 
 
 def test_predictor_windows_match_the_local_dispatcher():

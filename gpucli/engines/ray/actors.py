@@ -22,6 +22,7 @@ import os
 import pickle
 import socket
 import time
+import warnings
 from typing import Any
 
 from gpucli.batching import BatchCaps, Windows
@@ -32,7 +33,8 @@ from gpucli.state import Known
 from gpucli.tasks import TaskSpec, create_task
 from gpucli.worker import describe_error, keep_freed_memory, limit_threads, limit_torch_threads, predict_one
 
-from .connection import cores
+from .connection import cores, retries
+from .planning import READ_CPUS, Plan, chunks_per_call
 
 CHUNK, BATCH, SETUP = "chunk", "batch", "setup"
 
@@ -74,6 +76,34 @@ def from_source_rows(rows: list[dict[str, Any]]) -> tuple[list[Source], dict[str
                       dev=int(r["dev"]), ino=int(r["ino"])) for r in rows]
     known = {r["path"]: Known(-1, -1, r["known"], "done") for r in rows if r["known"]}
     return sources, known
+
+
+def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: int, caps: BatchCaps,
+            chunk_files: int, window_items: int, alone: bool):
+    """Source rows -> readers (`chunk_files` a call) -> predictors (a window of chunks a call).
+    `alone`: each input in Ray tasks of its own (the model loads per file: for the few files of
+    dropped batches); tasks, not actors, so that a crash takes down that file's task only,
+    whatever the Ray version does with the calls queued on a restarting actor."""
+    import ray.data
+
+    chunk = 1 if alone else chunk_files
+    read_args, predict_args = (spec, max_bytes), (spec, plan.device, plan.threads, caps)
+    predict = dict(num_cpus=plan.num_cpus, num_gpus=plan.num_gpus)
+    if alone:
+        stages = [dict(fn=read_alone, fn_args=read_args, batch_size=None, num_cpus=READ_CPUS, **retries("max_retries")),
+                  dict(fn=predict_alone, fn_args=predict_args, batch_size=None, **predict, **retries("max_retries"))]
+    else:
+        stages = [dict(fn=Reader, fn_constructor_args=read_args, batch_size=chunk, num_cpus=READ_CPUS,
+                       compute=ray.data.ActorPoolStrategy(min_size=1, max_size=plan.readers),
+                       **retries("max_task_retries")),
+                  dict(fn=Predictor, fn_constructor_args=predict_args, batch_size=chunks_per_call(window_items, chunk),
+                       compute=ray.data.ActorPoolStrategy(size=plan.actors), **predict, **retries("max_task_retries"))]
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // chunk)))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        for stage in stages:
+            ds = ds.map_batches(batch_format="pyarrow", **stage)
+    return ds
 
 
 # --- the stages ------------------------------------------------------------------------------

@@ -15,25 +15,23 @@ stream in; nothing is collected whole in the driver.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import signal
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from gpucli.config import RunConfig
 from gpucli.core import Job, RunSummary
 from gpucli.errors import RunFailedError, WorkerSetupError
-from gpucli.progress import Progress
+from gpucli.progress import Counts, Progress
 from gpucli.reader import Found, ReadChunk
 from gpucli.records import Failure, Source
 
-from .actors import BATCH, CHUNK, SETUP, Predictor, Reader, predict_alone, read_alone, source_row
-from .connection import connect, data_context, first_line, joined, nothing, retries
-from .planning import READ_CPUS, Plan, chunks_per_call, make_plan
+from .actors import BATCH, CHUNK, SETUP, dataset, source_row
+from .connection import connect, data_context, first_line, joined, nothing, sigterm_interrupts
+from .planning import Plan, make_plan
 
 LIST_CHUNK = 1000  # walk entries per ledger lookup and per --prune `seen` call
 LOST = ("no result came back from Ray: the worker running this file died, also with the file alone "
@@ -68,7 +66,7 @@ class RayJob:
                 remote = self.config.ray_address or os.environ.get("RAY_ADDRESS")
                 self._phase("joining the Ray cluster" if remote else "starting Ray")
                 leave = joined(connector, self.config.ray_address)
-                with self._signals(), data_context():  # after ray.init, which installs its own SIGTERM handler
+                with sigterm_interrupts(self._on_sigterm), data_context():
                     self._run_on(make_plan(self.config))
         except KeyboardInterrupt:
             self.stopping = self.stopping or signal.SIGINT
@@ -85,10 +83,12 @@ class RayJob:
 
     def _run_on(self, plan: Plan) -> None:
         self.job.use_devices([plan.device])  # CPU caps on CPU actors
-        self._phase(f"loading the model in {plan.actors} Ray actor(s) ({plan.num_gpus:g} GPU, {plan.num_cpus:g} CPU each)")
+        self._phase(f"loading the model in {plan.actors} Ray actor(s) "
+                    f"({plan.num_gpus:g} GPU, {plan.num_cpus:g} CPU each)")
         self._consume(self._dataset(plan, alone=False))
         if self.sent:
-            self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor; running them again one by one")
+            self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor; "
+                                  "running them again one by one")
             self._consume(self._dataset(plan, alone=True))
         self._flush(force=True)  # complete inputs durable first: `lost` fails what is still open
         for source in self.sent.values():
@@ -129,33 +129,10 @@ class RayJob:
 
     # --- Ray --------------------------------------------------------------------------------
     def _dataset(self, plan: Plan, alone: bool):
-        """Inputs not back yet -> readers -> predictors. `alone`: each input in Ray tasks of its
-        own (the model loads per file: for the few files of dropped batches); tasks, not actors,
-        so that a crash takes down that file's task only."""
-        import ray.data
-
+        """The inputs no chunk came back for, through the readers and predictors."""
         job = self.job
-        chunk = 1 if alone else job.chunk_files
-        ds = ray.data.from_items([source_row(s) for s in self.sent.values()],
-                                 override_num_blocks=max(1, -(-len(self.sent) // chunk)))
-        read_args, predict_args = (job.spec, job.max_bytes), (job.spec, plan.device, plan.threads, job.caps)
-        if alone:
-            stages = [dict(fn=read_alone, fn_args=read_args, batch_size=None, num_cpus=READ_CPUS),
-                      dict(fn=predict_alone, fn_args=predict_args, batch_size=None, num_cpus=plan.num_cpus,
-                           num_gpus=plan.num_gpus)]
-            retry = retries("max_retries")
-        else:
-            stages = [dict(fn=Reader, fn_constructor_args=read_args, batch_size=chunk, num_cpus=READ_CPUS,
-                           compute=ray.data.ActorPoolStrategy(min_size=1, max_size=plan.readers)),
-                      dict(fn=Predictor, fn_constructor_args=predict_args, num_cpus=plan.num_cpus,
-                           num_gpus=plan.num_gpus, batch_size=chunks_per_call(self._window(), chunk),
-                           compute=ray.data.ActorPoolStrategy(size=plan.actors))]
-            retry = retries("max_task_retries")
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-            for stage in stages:
-                ds = ds.map_batches(batch_format="pyarrow", **stage, **retry)
-        return ds
+        return dataset([source_row(s) for s in self.sent.values()], plan, job.spec, job.max_bytes, job.caps,
+                       job.chunk_files, self._window(), alone)
 
     def _window(self) -> int:
         """Items per predictor call: the local dispatcher's sorted window."""
@@ -182,8 +159,9 @@ class RayJob:
         times[row["worker"]] = times.get(row["worker"], 0.0) + row["seconds"]
         data = pickle.loads(row["data"])
         if kind == CHUNK:
-            if [self.sent.pop(sid) for sid in row["sids"] if sid in self.sent]:  # not a second delivery
-                accounts.read(data)
+            for sid in row["sids"]:
+                self.sent.pop(sid, None)
+            accounts.read(data)
         elif row["error"] is not None:
             accounts.fail_items(data, "infer", row["error"])
         else:
@@ -212,29 +190,14 @@ class RayJob:
         summary.inputs += len(self.sent)
         return summary
 
+    def _on_sigterm(self) -> None:
+        self.stopping = signal.SIGTERM
+
     def _phase(self, text: str) -> None:
         self.job.counts.phase = text
         self.job.progress.update(self._counts())
 
-    def _counts(self):
+    def _counts(self) -> Counts:
         counts = self.job.accounts.counts_now()
         counts.in_flight = len(self.sent) + self.job.accounts.unfinished()
         return counts
-
-    @contextlib.contextmanager
-    def _signals(self) -> Iterator[None]:
-        """SIGTERM stops the run like Ctrl-C: complete inputs are written, the rest is unfinished."""
-
-        def on_term(sig: int, frame: Any) -> None:
-            self.stopping = signal.SIGTERM
-            raise KeyboardInterrupt
-
-        try:
-            previous = signal.signal(signal.SIGTERM, on_term)
-        except ValueError:  # not the main thread
-            yield
-            return
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGTERM, previous)
