@@ -181,6 +181,34 @@ def test_sigterm_keeps_complete_inputs_and_counts_the_rest_unfinished(ray_sessio
     assert len(rows_by_key(tmp_path / "out.parquet")) == 80
 
 
+def test_sigterm_during_the_walk_exits_143_prunes_nothing_and_starts_no_ray(tree, tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    import os
+    import signal
+
+    from gpucli.core import Job
+    from gpucli.engines.ray import RayJob
+
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n", "c.txt": "gamma\n"})
+    out = tmp_path / "out.parquet"
+    assert run_with("local", FAKE, [root], out).succeeded == 3
+    (root / "c.txt").unlink()
+    walk = Job.walk
+
+    def walk_then_term(self):
+        for n, found in enumerate(walk(self)):
+            if n == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield found
+
+    monkeypatch.setattr(Job, "walk", walk_then_term)
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(out), progress="off", devices="cpu", engine="ray",
+                       prune=True)
+    summary = RayJob(config).run(lambda: pytest.fail("Ray must not start"))
+    assert (summary.exit_code, summary.pruned, summary.interrupted) == (143, 0, True)
+    assert sorted(path for path, _ in rows_by_key(out)) == ["a.txt", "b.txt", "c.txt"]
+
+
 @pytest.mark.slow
 def test_setup_failure_stops_the_run_with_the_actors_message(ray_session, tree, tmp_path):
     root = tree({"a.txt": "one\n", "b.txt": "two\n"})
@@ -249,3 +277,8 @@ def test_predictor_windows_match_the_local_dispatcher():
     job = RayJob(RunConfig(task="embed", paths=("x",), progress="off", queue_items=100))
     job.job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
     assert job._window() == 100
+    from gpucli.engines.ray.planning import chunks_per_call
+
+    assert chunks_per_call(16 * 32, 64) == 8  # reader rows (one per chunk of files) per predictor call
+    assert chunks_per_call(TranscribeTask.queue_items, TranscribeTask.read_chunk_files) == 32
+    assert chunks_per_call(10, 64) == 1

@@ -61,7 +61,8 @@ class RayJob:
         self.job.open()  # the model and the output are checked before Ray starts: usage errors come fast
         leave, written = nothing, False
         try:
-            self._list()
+            with sigterm_interrupts(self._on_sigterm):  # a stop during the walk prunes nothing
+                self._list()
             if self.sent:  # else nothing is new: no need to start or join Ray
                 remote = self.config.ray_address or os.environ.get("RAY_ADDRESS")
                 self._phase("joining the Ray cluster" if remote else "starting Ray")
