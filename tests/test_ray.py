@@ -81,6 +81,7 @@ def test_plan_gpus_per_actor_and_fractional_cpus():
         plan_for("cuda:0,1", 1, cpus=8, gpus=2)
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session, tmp_path):
     root = tmp_path / "docs"
@@ -88,6 +89,7 @@ def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session,
     (root / "bad").mkdir()
     (root / "bad" / "binary.txt").write_bytes(bytes(range(256)) * 8)
     (root / "bad" / "empty.txt").write_bytes(b"")
+    (root / "long.txt").write_text(" ".join(f"sentence number {i} about rivers and stones." for i in range(400)))
     local = run_with("local", "embed", [root], tmp_path / "local.parquet")
     remote = run_with("ray", "embed", [root], tmp_path / "ray.parquet")
 
@@ -98,6 +100,7 @@ def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session,
                                                                    ("bad/empty.txt", "read")]
     want, got = rows_by_key(tmp_path / "local.parquet"), rows_by_key(tmp_path / "ray.parquet")
     assert got.keys() == want.keys() and len(got) == remote.rows
+    assert sum(path == "long.txt" for path, _ in got) > 3  # a long document: several chunks, several batches
     for key, row in got.items():
         assert {k: v for k, v in row.items() if k != "embedding"} == {k: v for k, v in want[key].items()
                                                                        if k != "embedding"}
@@ -107,6 +110,7 @@ def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session,
     assert schema.metadata[b"gpucli.model"] == b"minilm" and schema.metadata[b"gpucli.dims"] == b"384"
 
 
+@pytest.mark.slow
 def test_predict_errors_stay_per_item_and_every_input_is_accounted_for(ray_session, tree, tmp_path):
     files = {f"d{i % 3}/f{i:02d}.txt": f"alpha {i}\nbeta gamma {i}\n" for i in range(24)}
     files.update({"boom.txt": "fine line\nthis one goes BOOM\n", "latin.txt": b"caf\xe9\n", "empty.txt": ""})
@@ -127,6 +131,85 @@ def test_predict_errors_stay_per_item_and_every_input_is_accounted_for(ray_sessi
     assert rows_by_key(tmp_path / "out.parquet") == rows
 
 
+@pytest.mark.slow
+def test_the_same_rows_failures_and_counts_as_the_local_engine_with_a_long_document(ray_session, tree, tmp_path):
+    """Blocks of several files, a document of many items spread over batches and predictor
+    calls, a file that fails to decode, an empty one, a predict error and parts of a few rows."""
+    files = {f"d{i % 4}/f{i:02d}.txt": f"alpha {i}\nbeta gamma {i}\n" for i in range(30)}
+    files.update({"long.txt": "".join(f"line {i} of {'word ' * (i % 7)}the long one\n" for i in range(150)),
+                  "latin.txt": b"caf\xe9\n", "empty.txt": "", "d1/boom.txt": "fine\nand BOOM here\n"})
+    root = tree(files)
+    kw = {"batch_size": 8, "read_chunk_files": 4, "queue_items": 16, "part_rows": 40}
+    local = run_with("local", FAKE, [root], tmp_path / "local.parquet", **kw)
+    remote = run_with("ray", FAKE, [root], tmp_path / "ray.parquet", **kw)
+
+    assert {k: getattr(remote, k) for k in SUMMARY_KEYS} == {k: getattr(local, k) for k in SUMMARY_KEYS}
+    assert (remote.inputs, remote.succeeded, remote.failed, remote.rows) == (34, 31, 3, 60 + 150)
+    assert failures(remote) == failures(local)
+    assert rows_by_key(tmp_path / "ray.parquet") == rows_by_key(tmp_path / "local.parquet")
+    assert len(list((tmp_path / "ray.parquet").glob("part-*.parquet"))) > 1  # parts as results stream in
+
+
+@pytest.mark.slow
+def test_sigterm_keeps_complete_inputs_and_counts_the_rest_unfinished(ray_session, tree, tmp_path):
+    """SIGTERM once the first part is durable (sent by the progress hook, not by a clock):
+    exit 143, the written inputs are in the ledger, and every input is counted once; a rerun
+    finishes the rest."""
+    import os
+    import signal
+
+    from gpucli.engines.ray import run
+    from gpucli.progress import Progress
+
+    class TermAfterFirstPart(Progress):
+        def update(self, counts) -> None:
+            if counts.done and not getattr(self, "sent", False):
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    root = tree({f"f{i:02d}.txt": f"alpha {i}\nbeta {i}\n" for i in range(40)})
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(tmp_path / "out.parquet"), progress="off",
+                       devices="cpu", engine="ray", batch_size=2, read_chunk_files=2, queue_items=2, part_rows=1,
+                       task_options={"sleep_ms": 50})
+    stopped = run(config, TermAfterFirstPart())
+    assert stopped.exit_code == 143 and stopped.interrupted
+    assert 0 < stopped.succeeded < 40 and stopped.failed == 0
+    assert stopped.inputs == 40 == stopped.succeeded + stopped.unfinished
+    assert len(rows_by_key(tmp_path / "out.parquet")) == stopped.rows == 2 * stopped.succeeded
+    again = run(config, Progress())
+    assert (again.exit_code, again.unchanged, again.succeeded) == (0, stopped.succeeded, 40 - stopped.succeeded)
+    assert len(rows_by_key(tmp_path / "out.parquet")) == 80
+
+
+def test_sigterm_during_the_walk_exits_143_prunes_nothing_and_starts_no_ray(tree, tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    import os
+    import signal
+
+    from gpucli.core import Job
+    from gpucli.engines.ray import RayJob
+
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n", "c.txt": "gamma\n"})
+    out = tmp_path / "out.parquet"
+    assert run_with("local", FAKE, [root], out).succeeded == 3
+    (root / "c.txt").unlink()
+    walk = Job.walk
+
+    def walk_then_term(self):
+        for n, found in enumerate(walk(self)):
+            if n == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield found
+
+    monkeypatch.setattr(Job, "walk", walk_then_term)
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(out), progress="off", devices="cpu", engine="ray",
+                       prune=True)
+    summary = RayJob(config).run(lambda: pytest.fail("Ray must not start"))
+    assert (summary.exit_code, summary.pruned, summary.interrupted) == (143, 0, True)
+    assert sorted(path for path, _ in rows_by_key(out)) == ["a.txt", "b.txt", "c.txt"]
+
+
+@pytest.mark.slow
 def test_setup_failure_stops_the_run_with_the_actors_message(ray_session, tree, tmp_path):
     root = tree({"a.txt": "one\n", "b.txt": "two\n"})
     with pytest.raises(WorkerSetupError, match="no weights here"):
@@ -142,6 +225,41 @@ def test_a_file_that_kills_its_actor_costs_only_itself(ray_session, tree, tmp_pa
     assert failure["path"] == "crash.txt" and failure["stage"] == "infer" and "died" in failure["error"]
 
 
+def test_a_private_ray_sweeps_dead_runs_temp_dirs_first_and_names_its_own_after_this_process(monkeypatch):
+    ray = pytest.importorskip("ray")
+    import os
+    import re
+
+    from gpucli import leftovers
+    from gpucli.engines.ray import connection
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(leftovers, "sweep_ray_temp", lambda: calls.append("sweep") or [])
+    monkeypatch.setattr(connection, "start_local", lambda temp_dir: calls.append(temp_dir))
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    leave = connection.connect()
+    assert calls[0] == "sweep" and os.path.isdir(calls[1])
+    assert re.match(leftovers.RAY_NAME, os.path.basename(calls[1]))
+    assert os.path.basename(calls[1]).startswith(f"gpucli-ray-{os.getpid()}-")
+    leave()
+    assert not os.path.exists(calls[1])
+
+
+def test_a_ray_that_cannot_be_reached_fails_the_run_with_exit_3():
+    pytest.importorskip("ray")
+    from gpucli.engines.ray.connection import joined
+    from gpucli.errors import RunFailedError
+
+    def refuse():
+        raise ConnectionError("connection refused\nmore detail")
+
+    with pytest.raises(RunFailedError, match="^cannot reach Ray at ray://nowhere:10001: connection refused$") as info:
+        joined(refuse, "ray://nowhere:10001")
+    assert info.value.exit_code == 3
+
+
 def test_predictor_windows_match_the_local_dispatcher():
     """Items per predictor call: 16 batches (as the local dispatcher's sorted windows), within
     the task's queue size (transcribe keeps big audio chunks few)."""
@@ -152,10 +270,15 @@ def test_predictor_windows_match_the_local_dispatcher():
     from gpucli.tasks.transcribe import TranscribeTask
 
     job = RayJob(RunConfig(task="embed", paths=("x",), progress="off"))
-    job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
+    job.job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
     assert job._window() == 16 * 32
     job = RayJob(RunConfig(task="transcribe", paths=("x",), progress="off"))
     assert job._window() == TranscribeTask.queue_items
     job = RayJob(RunConfig(task="embed", paths=("x",), progress="off", queue_items=100))
-    job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
+    job.job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
     assert job._window() == 100
+    from gpucli.engines.ray.planning import chunks_per_call
+
+    assert chunks_per_call(16 * 32, 64) == 8  # reader rows (one per chunk of files) per predictor call
+    assert chunks_per_call(TranscribeTask.queue_items, TranscribeTask.read_chunk_files) == 32
+    assert chunks_per_call(10, 64) == 1

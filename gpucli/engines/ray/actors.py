@@ -1,0 +1,186 @@
+"""The Ray stages: reader actors (read + prepare a chunk of files into one block) and predictor
+actors (a window of blocks, sorted and cut into batches, each predicted). Both run the same
+core functions as the local engine (`reader.read_chunk`, `batching.Windows`, `worker.predict_one`,
+`recovery.after_error`); nothing here decides rows, failure records or the ledger.
+
+Rows between the stages (`STAGE_SCHEMA`) carry blocks, not items:
+  kind "chunk"  one per reader call: `data` the pickled ReadChunk (its sources, failures,
+                unchanged inputs and block; the predictor passes it on with the block's payload
+                dropped), `sids` every input of the call (so the driver knows which came back)
+  kind "batch"  one per predicted batch: `data` the pickled Items without payload, and `output`
+                the pickled outputs, or `error` the reason the batch failed alone
+  kind "setup"  an actor could not load the task: `error` its message (the driver stops)
+`seconds` is the read or model time of the row, `worker` the actor's host:pid (stage times
+are per actor, like the local engine's busiest worker). A problem with one input travels as
+data, never as an exception: Ray Data aborts the whole job on the first failed block.
+Pickle protocol 5 keeps numpy columns (token ids, vectors) as flat buffers.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import time
+import warnings
+from typing import Any
+
+from gpucli.batching import BatchCaps, Windows
+from gpucli.reader import read_chunk
+from gpucli.records import Batch, Source
+from gpucli.recovery import Fail, after_error
+from gpucli.state import Known
+from gpucli.tasks import TaskSpec, create_task
+from gpucli.worker import describe_error, keep_freed_memory, limit_threads, limit_torch_threads, predict_one
+
+from .connection import cores, retries
+from .planning import READ_CPUS, Plan, chunks_per_call
+
+CHUNK, BATCH, SETUP = "chunk", "batch", "setup"
+
+
+def stage_schema():
+    import pyarrow as pa
+
+    return pa.schema([("kind", pa.string()), ("sids", pa.list_(pa.int64())), ("data", pa.binary()),
+                      ("output", pa.binary()), ("error", pa.string()), ("seconds", pa.float64()),
+                      ("worker", pa.string())])
+
+
+def stage_row(kind: str, data: Any = None, output: Any = None, error: str | None = None, seconds: float = 0.0,
+              sids: list[int] | None = None) -> dict[str, Any]:
+    return {"kind": kind, "sids": sids or [], "data": None if data is None else pickle.dumps(data, protocol=5),
+            "output": None if output is None else pickle.dumps(output, protocol=5), "error": error,
+            "seconds": seconds, "worker": f"{socket.gethostname()}:{os.getpid()}"}
+
+
+def stage_table(rows: list[dict[str, Any]]):
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows, schema=stage_schema())
+
+
+# --- what the driver sends: one row per input ----------------------------------------------
+
+def source_row(source: Source) -> dict[str, Any]:
+    """`known`: the ledger's digest of an input done earlier (the reader compares contents with it)."""
+    return {"sid": source.id, "path": source.path, "abspath": os.fsencode(source.abspath),  # bytes: any name
+            "size": source.size, "mtime_ns": source.mtime_ns, "dev": str(source.dev),  # may not fit an int64
+            "ino": str(source.ino), "known": source.digest}
+
+
+def from_source_rows(rows: list[dict[str, Any]]) -> tuple[list[Source], dict[str, Known]]:
+    """Sources, and what the ledger knows of them. The driver already ended the inputs with the
+    same size and mtime, so the known size is never equal: only the content hash decides."""
+    sources = [Source(r["sid"], r["path"], os.fsdecode(r["abspath"]), r["size"], r["mtime_ns"],
+                      dev=int(r["dev"]), ino=int(r["ino"])) for r in rows]
+    known = {r["path"]: Known(-1, -1, r["known"], "done") for r in rows if r["known"]}
+    return sources, known
+
+
+def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: int, caps: BatchCaps,
+            chunk_files: int, window_items: int, alone: bool):
+    """Source rows -> readers (`chunk_files` a call) -> predictors (a window of chunks a call).
+    `alone`: each input in Ray tasks of its own (the model loads per file: for the few files of
+    dropped batches); tasks, not actors, so that a crash takes down that file's task only,
+    whatever the Ray version does with the calls queued on a restarting actor."""
+    import ray.data
+
+    chunk = 1 if alone else chunk_files
+    read_args, predict_args = (spec, max_bytes), (spec, plan.device, plan.threads, caps)
+    predict = dict(num_cpus=plan.num_cpus, num_gpus=plan.num_gpus)
+    if alone:
+        stages = [dict(fn=read_alone, fn_args=read_args, batch_size=None, num_cpus=READ_CPUS, **retries("max_retries")),
+                  dict(fn=predict_alone, fn_args=predict_args, batch_size=None, **predict, **retries("max_retries"))]
+    else:
+        stages = [dict(fn=Reader, fn_constructor_args=read_args, batch_size=chunk, num_cpus=READ_CPUS,
+                       compute=ray.data.ActorPoolStrategy(min_size=1, max_size=plan.readers),
+                       **retries("max_task_retries")),
+                  dict(fn=Predictor, fn_constructor_args=predict_args, batch_size=chunks_per_call(window_items, chunk),
+                       compute=ray.data.ActorPoolStrategy(size=plan.actors), **predict, **retries("max_task_retries"))]
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // chunk)))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        for stage in stages:
+            ds = ds.map_batches(batch_format="pyarrow", **stage)
+    return ds
+
+
+# --- the stages ------------------------------------------------------------------------------
+
+class Reader:
+    """Reads a chunk of files and cuts them into one block (the parent side of a task)."""
+
+    def __init__(self, spec: TaskSpec, max_bytes: int) -> None:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # parallelism comes from several reader actors
+        self.max_bytes = max_bytes
+        self.setup_error = ""
+        try:
+            self.task = create_task(spec)
+            self.task.open()
+        except BaseException as exc:  # noqa: BLE001 - the driver reports it and stops
+            self.setup_error = describe_error(exc)
+
+    def __call__(self, table):
+        if self.setup_error:
+            return stage_table([stage_row(SETUP, error=self.setup_error)])
+        sources, known = from_source_rows(table.to_pylist())
+        t0 = time.perf_counter()
+        chunk = read_chunk(sources, self.task, self.max_bytes, known)
+        chunk.found = 0  # the driver counted these inputs when it listed them
+        return stage_table([stage_row(CHUNK, chunk, seconds=time.perf_counter() - t0, sids=[s.id for s in sources])])
+
+
+class Predictor:
+    """Loads the model once per actor; runs a window of chunks as batches cut by count and cost,
+    largest first. A batch that raises is halved (recovery.after_error) until the failing item
+    stands alone, so one bad input costs one file."""
+
+    def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps) -> None:
+        limit_threads(min(threads, cores()))
+        keep_freed_memory()
+        self.caps = caps
+        self.setup_error = ""
+        try:
+            self.task = create_task(spec)
+            self.task.setup(device)
+            limit_torch_threads(min(threads, cores()))
+        except BaseException as exc:  # noqa: BLE001
+            self.setup_error = describe_error(exc)
+
+    def __call__(self, table):
+        if self.setup_error:
+            return stage_table([stage_row(SETUP, error=self.setup_error)])
+        rows = table.to_pylist()
+        out = [r for r in rows if r["kind"] != CHUNK]  # a reader's setup error goes on to the driver
+        windows = Windows(self.caps, 0)
+        for r in (r for r in rows if r["kind"] == CHUNK):
+            chunk = pickle.loads(r["data"])
+            if chunk.block is not None and len(chunk.block):
+                windows.add(chunk.block)
+                chunk.block = chunk.block.without_payload()  # the driver expects its items, not their payload
+            out.append({**r, "data": pickle.dumps(chunk, protocol=5)})  # before the chunk's batches
+        windows.cut(final=True)
+        while (items := windows.pop()) is not None:
+            self._predict(Batch(0, items), out)
+        return stage_table(out)
+
+    def _predict(self, batch: Batch, out: list[dict[str, Any]]) -> None:
+        kind, _, *rest = predict_one(self.task, batch.id, batch.items.payload)
+        if kind == "result":
+            outputs, seconds = rest
+            out.append(stage_row(BATCH, batch.items.without_payload(), outputs, seconds=seconds))
+            return
+        for action in after_error(batch, *rest, new_id=lambda: batch.id):
+            if isinstance(action, Fail):
+                out.append(stage_row(BATCH, action.batch.items.without_payload(), error=action.reason))
+            else:
+                self._predict(action.batch, out)
+
+
+def read_alone(table, spec: TaskSpec, max_bytes: int):
+    return Reader(spec, max_bytes)(table)
+
+
+def predict_alone(table, spec: TaskSpec, device: str, threads: int, caps: BatchCaps):
+    return Predictor(spec, device, threads, caps)(table)

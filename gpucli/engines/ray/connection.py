@@ -1,0 +1,134 @@
+"""Joining Ray and the Ray Data settings a run needs: a private local Ray or a cluster, our
+progress instead of Ray's, dropped blocks instead of an aborted job, bounded retries."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gpucli import leftovers
+from gpucli.errors import RunFailedError
+
+LOCAL_OBJECT_STORE_BYTES = 512 * 2**20  # a private local Ray; blocks of files are small
+RETRIES = 1  # a call whose actor died is retried once (on a new actor) before its block is dropped
+
+
+def connect(address: str = "") -> Callable[[], None]:
+    """Join the Ray at `address` (or RAY_ADDRESS), or start a private local one; returns how to
+    leave it. A Ray this process already joined (a test's session, a notebook) is used as is."""
+    import ray
+
+    if ray.is_initialized():
+        return nothing
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = address or os.environ.get("RAY_ADDRESS", "")
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING)
+        return ray.shutdown  # disconnects this driver; the cluster stays
+    leftovers.sweep_ray_temp()  # directories of runs killed with SIGKILL (hundreds of MB each)
+    # short, and named after this process: Ray's socket paths must fit 107 bytes, and the next
+    # run's sweep must tell a live run's directory from a dead one's
+    temp_dir = tempfile.mkdtemp(prefix=leftovers.ray_temp_prefix())
+    start_local(temp_dir)
+
+    def close() -> None:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+    return close
+
+
+def start_local(temp_dir: str, num_cpus: int | None = None,
+                object_store_bytes: int = LOCAL_OBJECT_STORE_BYTES) -> None:
+    """A single-node Ray for this process only: no dashboard, no usage stats, its own temp dir."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=num_cpus or cores(), object_store_memory=object_store_bytes,
+             include_dashboard=False, _temp_dir=temp_dir, logging_level=logging.ERROR)
+
+
+def joined(connector: Callable[[], Callable[[], None]], address: str) -> Callable[[], None]:
+    """`connector()`, with a Ray that cannot be reached as the run's failure (exit 3)."""
+    try:
+        return connector()
+    except ConnectionError as exc:
+        where = address or os.environ.get("RAY_ADDRESS", "") or "a local Ray"
+        raise RunFailedError(f"cannot reach Ray at {where}: {first_line(exc)}") from None
+
+
+def nothing() -> None:
+    pass
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def data_context() -> Iterator[None]:
+    """Our progress instead of Ray's bars; dropped blocks instead of an aborted job; Ray Data's
+    INFO lines kept out of the terminal (they still go to its log file in the session dir)."""
+    import ray.data
+    from ray.util.debug import log_once
+
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.enable_progress_bars, ctx.max_errored_blocks
+    ctx.enable_progress_bars, ctx.max_errored_blocks = False, -1
+    log_once("ray_data_progress_manager_disabled")  # we disabled them on purpose: no warning about it
+    consoles = [h for h in logging.getLogger("ray.data").handlers if isinstance(h, logging.StreamHandler)]
+    levels = [h.level for h in consoles]
+    for handler in consoles:
+        handler.setLevel(max(handler.level, logging.WARNING))
+    try:
+        yield
+    finally:
+        ctx.enable_progress_bars, ctx.max_errored_blocks = saved
+        for handler, level in zip(consoles, levels, strict=True):
+            handler.setLevel(level)
+
+
+def retries(option: str) -> dict[str, Any]:
+    """Bounded retries (`max_task_retries` for actors, `max_retries` for tasks) for work whose
+    worker died: Ray Data's default is to retry forever, so one input that crashes its worker
+    would stall the job. Ray 2.60 deprecates passing these as keywords, with no named
+    replacement yet; a version that no longer takes them gets Ray's default."""
+    import inspect
+
+    import ray.data
+
+    params = inspect.signature(ray.data.Dataset.map_batches).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return {option: RETRIES}
+    return {}
+
+
+@contextlib.contextmanager
+def sigterm_interrupts(on_sigterm: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM stops the run like Ctrl-C (a KeyboardInterrupt in the driver): complete inputs
+    are written, the rest is unfinished. Installed after ray.init, which sets its own handler."""
+
+    def on_term(sig: int, frame: Any) -> None:
+        on_sigterm()
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

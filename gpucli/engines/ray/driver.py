@@ -1,0 +1,204 @@
+"""`--engine ray`: the core's job on Ray Data, on a private local Ray or a cluster.
+
+    driver: Job.walk -> the ledger ends unchanged inputs -> from_items(sources)
+      -> map_batches(Reader)     actors: read_chunk on a chunk of files -> one row (a ReadChunk)
+      -> map_batches(Predictor)  actors, num_gpus each: a window of chunks -> batches -> predict_one
+      -> iter_batches (driver):  Accounts.read / outputs / fail_items -> parts -> the sink, the ledger
+
+The driver only moves what comes back into the same `Job` and `Accounts` as the local engine
+(pipeline.py), so rows, failure records, the ledger and exit codes are the same. A batch whose
+actor died twice is dropped (`max_errored_blocks = -1`); the files no chunk came back for run
+again after the stream ends, each in Ray tasks of its own, so a file that kills its worker
+costs itself only and becomes a failure record. Parts of `part_rows` are written as results
+stream in; nothing is collected whole in the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpucli.config import RunConfig
+from gpucli.core import Job, RunSummary
+from gpucli.errors import RunFailedError, WorkerSetupError
+from gpucli.progress import Counts, Progress
+from gpucli.reader import Found, ReadChunk
+from gpucli.records import Failure, Source
+
+from .actors import BATCH, CHUNK, SETUP, dataset, source_row
+from .connection import connect, data_context, first_line, joined, nothing, sigterm_interrupts
+from .planning import Plan, make_plan
+
+LIST_CHUNK = 1000  # walk entries per ledger lookup and per --prune `seen` call
+LOST = ("no result came back from Ray: the worker running this file died, also with the file alone "
+        "(a crash or out of memory; see the Ray logs)")
+
+
+def run(config: RunConfig, progress: Progress | None = None) -> RunSummary:
+    """Run one job on Ray (the cluster at --ray-address / RAY_ADDRESS, else a private local Ray)."""
+    return RayJob(config, progress).run(lambda: connect(config.ray_address))
+
+
+class RayJob:
+    """The driver: walks, hands sources to Ray, and feeds what comes back to the core's Accounts."""
+
+    def __init__(self, config: RunConfig, progress: Progress | None = None) -> None:
+        self.config = config
+        self.job = Job(config, progress)
+        self.sent: dict[int, Source] = {}  # inputs handed to Ray whose chunk has not come back
+        self.stopping = 0  # the signal number that stopped the run; 0 = running
+        self.seconds: dict[str, dict[str, float]] = {CHUNK: {}, BATCH: {}}  # read / model time per actor
+        self.write_s = 0.0
+        self._last_flush = time.monotonic()
+
+    def run(self, connector: Callable[[], Callable[[], None]]) -> RunSummary:
+        import ray.exceptions
+
+        self.job.open()  # the model and the output are checked before Ray starts: usage errors come fast
+        leave, written = nothing, False
+        try:
+            with sigterm_interrupts(self._on_sigterm):  # a stop during the walk prunes nothing
+                self._list()
+            if self.sent:  # else nothing is new: no need to start or join Ray
+                remote = self.config.ray_address or os.environ.get("RAY_ADDRESS")
+                self._phase("joining the Ray cluster" if remote else "starting Ray")
+                leave = joined(connector, self.config.ray_address)
+                with sigterm_interrupts(self._on_sigterm), data_context():
+                    self._run_on(make_plan(self.config))
+        except KeyboardInterrupt:
+            self.stopping = self.stopping or signal.SIGINT
+        except ray.exceptions.RayError as exc:
+            raise RunFailedError(f"Ray stopped the run: {first_line(exc)}. Results written so far are kept.") from None
+        finally:
+            try:
+                self._flush(force=True)
+                written = True
+            finally:
+                self.job.close(written)
+                leave()
+        return self._finish()
+
+    def _run_on(self, plan: Plan) -> None:
+        self.job.use_devices([plan.device])  # CPU caps on CPU actors
+        self._phase(f"loading the model in {plan.actors} Ray actor(s) "
+                    f"({plan.num_gpus:g} GPU, {plan.num_cpus:g} CPU each)")
+        self._consume(self._dataset(plan, alone=False))
+        if self.sent:
+            self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor; "
+                                  "running them again one by one")
+            self._consume(self._dataset(plan, alone=True))
+        self._flush(force=True)  # complete inputs durable first: `lost` fails what is still open
+        for source in self.sent.values():
+            self.job.accounts.record_failure(Failure(source.path, "infer", LOST))
+        self.sent.clear()
+        self.job.accounts.lost(LOST)
+
+    # --- the listing ------------------------------------------------------------------------
+    def _list(self) -> None:
+        """Walk like the local engine; inputs the ledger has as done with the same size and
+        mtime end here and are not even sent to Ray."""
+        found: list[Found] = []
+        lookup, seen = self.job.output.lookup(), self.job.seen()
+        for entry in self.job.walk():
+            found.append(entry)
+            if len(found) >= LIST_CHUNK:
+                self._listed(found, lookup, seen)
+                found = []
+        self._listed(found, lookup, seen)
+        self.job.prune()
+
+    def _listed(self, found: list[Found], lookup, seen) -> None:
+        sources = [f.source for f in found if f.source is not None]
+        failures = [f.failure for f in found if f.failure is not None]
+        if seen is not None and found:
+            seen([s.path for s in sources] + [f.path for f in failures])
+        known = lookup([s.path for s in sources]) if lookup else {}
+        unchanged = []
+        for source in sources:
+            k = known.get(source.path)
+            k = k if k is not None and k.status == "done" else None
+            source.digest = k.digest if k is not None else ""  # the reader compares contents with it
+            if k is not None and (k.size, k.mtime_ns) == (source.size, source.mtime_ns):
+                unchanged.append(source)
+            else:
+                self.sent[source.id] = source
+        self.job.accounts.read(ReadChunk(failures=failures, unchanged=unchanged, found=len(found)))
+
+    # --- Ray --------------------------------------------------------------------------------
+    def _dataset(self, plan: Plan, alone: bool):
+        """The inputs no chunk came back for, through the readers and predictors."""
+        job = self.job
+        return dataset([source_row(s) for s in self.sent.values()], plan, job.spec, job.max_bytes, job.caps,
+                       job.chunk_files, self._window(), alone)
+
+    def _window(self) -> int:
+        """Items per predictor call: the local dispatcher's sorted window."""
+        return self.job.window_items
+
+    def _consume(self, ds) -> None:
+        batches = iter(ds.iter_batches(batch_format="pyarrow", batch_size=None))
+        try:
+            for table in batches:
+                self.job.counts.phase = ""
+                for row in table.to_pylist():
+                    self._take(row)
+                self._flush()
+                self.job.progress.update(self._counts())
+        finally:
+            getattr(batches, "close", lambda: None)()  # stops the streaming executor and its actors now
+
+    def _take(self, row: dict[str, Any]) -> None:
+        """One row from the predictors: a setup error, a reader's chunk, or a batch's outcome."""
+        kind, accounts = row["kind"], self.job.accounts
+        if kind == SETUP:
+            raise WorkerSetupError(f"a Ray actor could not load the task: {row['error']}")
+        times = self.seconds[kind]
+        times[row["worker"]] = times.get(row["worker"], 0.0) + row["seconds"]
+        data = pickle.loads(row["data"])
+        if kind == CHUNK:
+            for sid in row["sids"]:
+                self.sent.pop(sid, None)
+            accounts.read(data)
+        elif row["error"] is not None:
+            accounts.fail_items(data, "infer", row["error"])
+        else:
+            accounts.outputs(data, pickle.loads(row["output"]))
+
+    # --- parts, progress, the end -----------------------------------------------------------
+    def _flush(self, force: bool = False) -> None:
+        """The rows of complete inputs as one part, once `part_rows` wait or `flush_s` passed."""
+        accounts = self.job.accounts
+        if not force and accounts.buffer.rows < self.config.part_rows and \
+                time.monotonic() - self._last_flush < self.config.flush_s:
+            return
+        self._last_flush = time.monotonic()
+        part = accounts.take_part()
+        if part is not None:
+            t0 = time.perf_counter()
+            accounts.durable(accounts.commit(part, self.job.output.sink.write(part.table)))
+            self.write_s += time.perf_counter() - t0
+
+    def _finish(self) -> RunSummary:
+        """The core's summary; stage times are the busiest actor's. Inputs still with Ray after
+        an interrupt never reached the Accounts: they count as unfinished here."""
+        self.job.clocks["read"].seconds = max(self.seconds[CHUNK].values(), default=0.0)
+        summary = self.job.finish(self.stopping, max(self.seconds[BATCH].values(), default=0.0), 0.0, self.write_s)
+        summary.unfinished += len(self.sent)
+        summary.inputs += len(self.sent)
+        return summary
+
+    def _on_sigterm(self) -> None:
+        self.stopping = signal.SIGTERM
+
+    def _phase(self, text: str) -> None:
+        self.job.counts.phase = text
+        self.job.progress.update(self._counts())
+
+    def _counts(self) -> Counts:
+        counts = self.job.accounts.counts_now()
+        counts.in_flight = len(self.sent) + self.job.accounts.unfinished()
+        return counts

@@ -1,0 +1,70 @@
+"""How many predictor and reader actors, with what resources: from the Ray this process joined
+(its resources, not this machine's), --devices and --workers-per-device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpucli.config import RunConfig
+from gpucli.errors import UsageError
+
+READ_CPUS = 0.5  # per reader actor: reading and tokenising leave room for the predictors
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many predictor actors, with what resources (from the cluster, not this machine)."""
+
+    actors: int
+    num_cpus: float
+    num_gpus: float
+    device: str  # "cuda:0" (Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU) or "cpu"
+    threads: int  # torch threads per actor
+    readers: int  # most reader actors
+
+
+def make_plan(config: RunConfig) -> Plan:
+    """The plan for the Ray this process joined."""
+    import ray
+
+    resources = ray.cluster_resources()
+    return plan_for(config.devices, config.workers_per_device, float(resources.get("CPU", 1)),
+                    int(resources.get("GPU", 0)))
+
+
+def plan_for(devices: str, per: int, cpus: float, gpus: int) -> Plan:
+    """Predictor actors from --devices and --workers-per-device, and the cluster's CPUs and GPUs.
+
+    GPUs: one actor per GPU times --workers-per-device (each takes 1/that of a GPU).
+    CPU: --workers-per-device actors with fractional CPUs, so that the readers and the driver's
+    output never starve (two actors x 1 CPU on a 2-CPU node deadlock reads and writes).
+    """
+    readers = max(1, min(8, int(cpus // 4)))
+    if _wants_gpu(devices, gpus):
+        actors = gpus * per
+        num_cpus = min(1.0, max(0.25, (cpus - READ_CPUS) / actors))
+        return Plan(actors, round(num_cpus, 2), 1.0 / per, "cuda:0", max(1, min(4, int(cpus // actors))), readers)
+    num_cpus = min(1.0, max(0.1, (cpus - READ_CPUS) / per))
+    return Plan(per, round(num_cpus, 2), 0.0, "cpu", max(1, int(cpus // per)), readers)
+
+
+def chunks_per_call(window_items: int, chunk_files: int) -> int:
+    """Reader rows (one per chunk of `chunk_files` files) per predictor call: about the local
+    dispatcher's sorted window of items, counting an item per file (a file of several items
+    makes the window larger, never smaller than one chunk)."""
+    return max(1, window_items // max(1, chunk_files))
+
+
+def _wants_gpu(devices: str, gpus: int) -> bool:
+    spec = devices.strip().lower()
+    if spec == "cpu":
+        return False
+    if spec in ("", "auto"):
+        return gpus > 0
+    if spec in ("cuda", "gpu"):
+        if not gpus:
+            raise UsageError("--devices cuda: the Ray cluster has no GPUs; use --devices cpu or auto")
+        return True
+    raise UsageError(f"--devices {devices!r}: with --engine ray use auto, cpu or cuda (every GPU of the cluster); "
+                     "pick GPUs with CUDA_VISIBLE_DEVICES where Ray starts, and GPUs per actor with "
+                     "--workers-per-device")
