@@ -68,7 +68,10 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("max_wait_ms", float, ("--max-wait-ms",), "Longest wait to fill a batch after its first item (default: 10)."),
     ("include", list[str], ("--include",), "Glob of files to read, instead of the task's suffixes (repeatable)."),
     ("exclude", list[str], ("--exclude",), "Glob of files to leave out (repeatable)."),
-    ("max_file_mb", float, ("--max-file-mb",), "Larger files become failure records (default: 512)."),
+    ("max_file_mb", float, ("--max-file-mb",), "Larger files become failure records (default: 64 for text, "
+                                               "whose tokenizing needs memory per MB; 512 for images and audio)."),
+    ("setup_timeout_s", float, ("--setup-timeout-s",), "A worker still loading its model after this is restarted, "
+                                                       "within the restart budget (default: 900)."),
     ("batch_timeout_s", float, ("--batch-timeout-s",), "A worker stuck longer on one batch is restarted and the "
                                                        "batch retried (default: 600)."),
     ("dtype", str, ("--dtype",), "auto | float32 | float16 | bfloat16 (auto: float16 on GPU, float32 on CPU)."),

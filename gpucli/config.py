@@ -39,7 +39,7 @@ class RunConfig:
     max_wait_ms: float = 10.0
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    max_file_mb: float = 512.0
+    max_file_mb: float = 0.0  # 0 = the task's cap (text 64 MB: tokenizing needs memory per MB)
     incremental: bool = True
     prune: bool = False
     prune_all: bool = False  # --prune even when it would empty the output or a root is empty; implies prune
@@ -53,9 +53,11 @@ class RunConfig:
     queue_items: int = 0  # 0 = the task's default (bounded by memory per item)
     read_chunk_files: int = 0  # 0 = the task's default
     read_chunks_in_flight: int = 8
+    read_processes: int = -1  # reader processes; 0 = read in threads; -1 = the task's choice for the cores
     part_rows: int = 10_000  # rows per part; also the writer's buffer, so it bounds memory
     flush_s: float = 30.0
     batch_timeout_s: float = 600.0
+    setup_timeout_s: float = 900.0  # a worker still loading its model after this is killed (a death)
     max_restarts: int = 16
     task_options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -71,11 +73,12 @@ class RunConfig:
         _check(self.batch_size >= 0, "--batch-size must be positive")
         _check(self.max_batch_cost >= -1, "--max-batch-cost must be 0 (no cap) or positive")
         _check(self.max_wait_ms >= 0, "--max-wait-ms must be 0 or positive")
-        _check(self.max_file_mb > 0, "--max-file-mb must be positive")
+        _check(self.max_file_mb >= 0, "--max-file-mb must be positive")
         _check(self.queue_items >= 0 and self.read_chunk_files >= 0 and self.read_chunks_in_flight >= 1,
                "queue and read sizes must be positive")
         _check(self.part_rows >= 1, "part_rows must be positive")
         _check(self.batch_timeout_s > 0, "--batch-timeout-s must be positive")
+        _check(self.setup_timeout_s > 0, "--setup-timeout-s must be positive")
         _check(self.max_restarts >= 0, "max_restarts must be 0 or positive")
 
 

@@ -71,6 +71,10 @@ class RunSummary:
         return data
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class BusyClock:
     """Wall time during which at least one holder is inside (threads may overlap): a stage's
     busy time, which cannot exceed the run's wall time however many threads do the work."""
@@ -180,13 +184,12 @@ class Job:
 
     def open(self) -> None:
         """The task's parent side, then the output (sink, lock, ledger, failure log). Blocking."""
-        check_roots(self.config.paths)
-        if self.config.quiet or self.config.progress == "off":
-            from gpucli.hub import hide_download_progress
+        from gpucli.hub import download_progress_hidden
 
-            hide_download_progress()
+        check_roots(self.config.paths)
         self.task = self.task_cls(self.spec)
-        self.task.open()
+        with download_progress_hidden(self.config.quiet or self.config.progress == "off"):
+            self.task.open()
         quiet_parent_torch()
         self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental,
                              state_dir=getattr(self.config, "state_dir", ""))
@@ -210,11 +213,21 @@ class Job:
 
     @property
     def max_bytes(self) -> int:
-        return int(self.config.max_file_mb * 2**20)
+        return int((self.config.max_file_mb or self.task_cls.max_file_mb) * 2**20)
 
     @property
     def chunk_files(self) -> int:
         return self.config.read_chunk_files or self.task_cls.read_chunk_files
+
+    def reader_processes(self):
+        """Reader processes for this run, or None to read in threads (see reader.ReaderProcesses):
+        `read_processes` when set (0 = threads), else the task's choice for the host's cores."""
+        from gpucli.reader import ReaderProcesses
+
+        count = self.config.read_processes
+        if count < 0:
+            count = self.task_cls.reader_processes(_cores())
+        return ReaderProcesses(self.spec, count) if count > 0 else None
 
     def walk(self) -> Iterator[Found]:
         flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
@@ -315,27 +328,32 @@ class Accounts:
         self.counts.items += len(items)
         self.counts.cost += items.total_cost
         try:
-            table, bad = self.task.rows(items, outputs)
+            if self.task.merges_rows:
+                good, bad = self.task.item_rows(items, outputs)
+            else:
+                table, bad = self.task.rows(items, outputs)
         except Exception as exc:  # noqa: BLE001 - a bad output costs its inputs, not the run
             self.fail_items(items, "infer", f"unusable model output: {type(exc).__name__}: {exc}")
             return 0
-        keep = np.ones(len(items), dtype=bool)
         for position, reason in bad:
-            keep[position] = False
             self.fail_source(int(items.source_ids[position]), "infer", reason)
-        ids, index = items.source_ids[keep], items.index[keep]
-        added = self._add_rows(table, ids, index)
+        if self.task.merges_rows:
+            for position, row in good:
+                sid = int(items.source_ids[position])
+                if self.status[sid] == OPEN:  # a failed input's late rows are dropped
+                    self._merging.setdefault(sid, []).append((int(items.index[position]), row))
+            added = 0
+        else:
+            keep = np.ones(len(items), dtype=bool)
+            keep[[position for position, _ in bad]] = False
+            added = self._add_rows(table, items.source_ids[keep], items.index[keep])
         self._arrived(items.source_ids)
         return added
 
     def _add_rows(self, table: Any, ids: np.ndarray, index: np.ndarray) -> int:
-        if self.task.merges_rows:
-            for row, sid, i in zip(table.to_pylist(), ids.tolist(), index.tolist()):
-                self._merging.setdefault(sid, []).append((i, row))
-            return 0
-        paths = [self.sources[sid].path if sid in self.sources else "" for sid in ids.tolist()]
         import pyarrow as pa
 
+        paths = [self.sources[sid].path if sid in self.sources else "" for sid in ids.tolist()]
         self.buffer.add(table.add_column(0, "path", pa.array(paths, pa.string())), ids, index)
         return table.num_rows
 

@@ -25,9 +25,11 @@ Download progress is huggingface_hub's tqdm bars, on stderr; stdout carries gpuc
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,8 +107,26 @@ def resolve_model_dir(model: str, revision: str = "", kind: str = "transformers"
     return _snapshot(model, revision, kind, local_only=False)
 
 
+@contextlib.contextmanager
+def download_progress_hidden(hidden: bool = True) -> Iterator[None]:
+    """No download bars (`--quiet`, `--progress off`) while inside: huggingface_hub's switch,
+    put back as it was after (a library user's or a test's later downloads keep their bars)."""
+    if not hidden:
+        yield
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            enable_progress_bars()
+
+
 def hide_download_progress() -> None:
-    """No download bars (`--quiet`, `--progress off`): huggingface_hub's switch, for this process."""
+    """No download bars for the rest of this process (huggingface_hub's switch)."""
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()

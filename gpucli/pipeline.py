@@ -67,6 +67,11 @@ class Pipeline:
         self._batch_id = 0
         self._oom_events = 0
 
+    @property
+    def summary(self) -> RunSummary:
+        """The counts so far (complete after `run`, also when it raised)."""
+        return self.job.summary
+
     # --- the run ----------------------------------------------------------------------------
     async def run(self) -> RunSummary:
         self._install_signals()
@@ -93,7 +98,7 @@ class Pipeline:
         self.pool = WorkerPool(job.task, job.spec, devices,
                                PoolEvents(self._on_outputs, self._on_batch_failed, self.progress.log, self._on_oom),
                                batch_timeout_s=config.batch_timeout_s, max_restarts=config.max_restarts,
-                               setup_timeout_s=getattr(config, "setup_timeout_s", 900.0))
+                               setup_timeout_s=config.setup_timeout_s)
         self.writer = Writer(job.output.sink, config.part_rows, config.flush_s, job.accounts.take_part,
                              job.accounts.commit, job.accounts.durable)
         self.has_work = asyncio.Event()
@@ -172,14 +177,20 @@ class Pipeline:
     async def _read(self) -> None:
         job = self.job
         lookup = job.output.lookup()
-        async for chunk in read_chunks(job.walk(), job.task, job.max_bytes, job.chunk_files,
-                                       self.config.read_chunks_in_flight, lookup, job.seen(), job.clocks["read"]):
-            block = job.accounts.read(chunk)
-            if block is not None:
-                self.has_work.set()
-                await self.queue.put(block)
-            if self.signal_received:
-                return
+        processes = job.reader_processes()
+        try:
+            async for chunk in read_chunks(job.walk(), job.task, job.max_bytes, job.chunk_files,
+                                           self.config.read_chunks_in_flight, lookup, job.seen(),
+                                           job.clocks["read"], processes):
+                block = job.accounts.read(chunk)
+                if block is not None:
+                    self.has_work.set()
+                    await self.queue.put(block)
+                if self.signal_received:
+                    return
+        finally:
+            if processes is not None:
+                processes.close()
         await asyncio.to_thread(job.prune)
         await self.queue.put(END)
 

@@ -31,6 +31,8 @@ class FakeOptions:
     oom_above: int = 0
     sleep_ms: float = 0.0
     exit_marker: str = ""  # a file the worker's interpreter teardown (atexit) would write
+    setup_sleep_s: float = 0.0  # a model that takes this long to load (a hang, when long)
+    ready_marker: str = ""  # a file setup writes when it starts loading
 
 
 class FakeTask(Task):
@@ -62,6 +64,12 @@ class FakeTask(Task):
                 for i, line in enumerate(lines)]
 
     def setup(self, device: str) -> None:
+        if self.options.ready_marker:
+            from pathlib import Path
+
+            Path(self.options.ready_marker).write_text("loading")
+        if self.options.setup_sleep_s:
+            time.sleep(self.options.setup_sleep_s)
         if self.options.fail_setup:
             raise RuntimeError(self.options.fail_setup)
         if self.options.fail_setup_again:

@@ -86,8 +86,9 @@ def test_registered_with_the_contract_attributes():
     assert ClassifyOptions().top_k == 5
     import dataclasses
 
-    (top_k,) = dataclasses.fields(ClassifyOptions)
+    top_k, backend = dataclasses.fields(ClassifyOptions)
     assert top_k.metadata["flag"] == "--top-k" and top_k.metadata["help"]
+    assert backend.metadata["flag"] == "--backend" and ClassifyOptions().backend == "torch"
 
 
 @pytest.mark.parametrize("bad", [0, -1])

@@ -36,14 +36,17 @@ def reference():
 
 
 def embed_text(task, text: str):
-    items = task.prepare(Source(0, "x.txt", "x.txt"), text.encode())
-    return items, task.predict([i.payload for i in items])
+    """(the file's items, one vector per item) through the task's own block path."""
+    source = Source(0, "x.txt", "x.txt")
+    block, failures = task.prepare_many([source], [text.encode()])
+    assert not failures
+    return task.prepare(source, text.encode()), task.predict(block.payload)
 
 
 def test_vectors_equal_sentence_transformers(task, reference):
     texts = ["The cat sat on the mat.", "GPUs run matrix multiplications quickly.",
              "A river flows from the mountains to the sea, carrying sediment along the way."]
-    ours = np.stack([embed_text(task, t)[1][0]["embedding"] for t in texts])
+    ours = np.stack([embed_text(task, t)[1][0] for t in texts])
     theirs = reference.encode(texts, normalize_embeddings=True)
     cosine = (ours * theirs).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(theirs, axis=1)
     assert cosine.min() >= 0.9999
@@ -85,3 +88,47 @@ def test_embed_sample_docs_through_the_cli(tmp_path):
     assert "zh/gbk_tea.txt" in paths and not any(p.startswith("/") for p in paths)
     gbk_text = "".join(r["text"] for r in table.filter(ds.field("path") == "zh/gbk_tea.txt").to_pylist())
     assert "茶" in gbk_text
+
+
+HUGE = """
+import resource, sys
+from gpucli.records import Source
+from gpucli.tasks import TaskSpec, create_task
+task = create_task(TaskSpec("embed", "minilm"))
+task.open()
+text = ("The quick brown fox jumps over the lazy dog, again and again. " * 64 + "\\n") * int(sys.argv[1])
+data = text.encode()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+block, failures = task.prepare_many([Source(0, "big.txt", "big.txt")], [data])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(len(data), (after - before) * 1024, len(block), int(block.meta["char_end"].max()))
+"""
+
+
+def test_a_huge_text_is_tokenized_in_slices_with_memory_bounded_per_mb():
+    """Issue 13, item 12: one `encode` of a whole text peaked at ~170 MiB of RSS per MiB of
+    text; in slices the parent's peak stays a small multiple of the text."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", HUGE, "1000"], capture_output=True, text=True, check=True)
+    size, grown, chunks, last_char = map(int, out.stdout.split())
+    assert 3_000_000 < size < 6_000_000
+    assert grown < 40 * size, f"peak grew {grown / 2**20:.0f} MiB for a {size / 2**20:.1f} MiB text"
+    assert chunks > 1000 and last_char >= size - 100, "the whole text is chunked, to its end"
+
+
+def test_sliced_tokenizing_gives_the_same_windows_as_one_encode(monkeypatch):
+    from gpucli.records import Source
+    from gpucli.tasks import TaskSpec, create_task
+    from gpucli.tasks import embed as embed_module
+
+    task = create_task(TaskSpec("embed", "minilm"))
+    task.open()
+    text = " ".join(f"word{i % 97} and some more text." for i in range(4000))
+    whole = task.prepare_many([Source(0, "a", "a")], [text.encode()])[0]
+    monkeypatch.setattr(embed_module, "SLICE_CHARS", 5000)
+    sliced = task.prepare_many([Source(0, "a", "a")], [text.encode()])[0]
+    assert len(sliced) == len(whole)
+    assert sliced.meta["char_start"].tolist() == whole.meta["char_start"].tolist()
+    assert all(sliced.payload.row(i).tolist() == whole.payload.row(i).tolist() for i in range(len(whole)))

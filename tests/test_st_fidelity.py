@@ -121,8 +121,10 @@ def _task(model: Path, **options):
 
 def _embed(task, texts: list[str]) -> np.ndarray:
     """First-chunk vectors through the task's own prepare + predict (no processes)."""
-    payloads = [task.prepare(Source(i, f"{i}.txt", f"{i}.txt"), t.encode())[0].payload for i, t in enumerate(texts)]
-    return np.stack([o["embedding"] for o in task.predict(payloads)])
+    block, failures = task.prepare_many([Source(i, f"{i}.txt", f"{i}.txt") for i in range(len(texts))],
+                                        [t.encode() for t in texts])
+    assert not failures
+    return np.asarray(task.predict(block.payload))[np.flatnonzero(block.index == 0)]
 
 
 # --- read_model_config ---------------------------------------------------------------------------

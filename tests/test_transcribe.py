@@ -156,7 +156,8 @@ def test_registered_with_its_options_and_schema():
 
 def test_module_import_stays_light():
     code = ("import sys, gpucli.tasks.transcribe; "
-            "print([m for m in ('torch', 'numpy', 'av', 'faster_whisper', 'funasr') if m in sys.modules])")
+            "print([m for m in ('torch', 'av', 'faster_whisper', 'funasr') if m in sys.modules])")
+    # numpy is allowed since the batch-level core: blocks of items are numpy columns (~0.07 s to import)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
 

@@ -1,6 +1,6 @@
 """The walk and the byte reading: what is an input, under which name, and which file is read.
 
-Unit tests, no processes: `walk` over small trees, `read_source` on what it yields.
+Unit tests, no processes: `walk` over small trees, `read_chunk` on what it yields.
 """
 
 from __future__ import annotations
@@ -8,8 +8,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpucli.reader import WalkFilter, WalkReport, read_source, walk
+from types import SimpleNamespace
+
+from gpucli.reader import WalkFilter, WalkReport, read_chunk, walk
 from gpucli.records import Item, Source
+from gpucli.tasks import Task, TaskSpec
 
 TXT = WalkFilter((".txt",))
 EMBED_LIKE = WalkFilter((".txt", ".json", ".jsonl"))  # the embed task reads .json and .jsonl too
@@ -21,6 +24,20 @@ def paths(roots, flt=TXT, **kw) -> list[str]:
 
 def lines(source: Source, data: bytes) -> list[Item]:
     return [Item(source.id, 0, data.decode(), 1, {})]
+
+
+class _Lines(Task):
+    name = "lines"
+
+    def prepare(self, source: Source, data: bytes) -> list[Item]:
+        return lines(source, data)
+
+
+def read_source(source: Source, prepare, max_bytes: int) -> SimpleNamespace:
+    """One file through the reader, as the engines read it: its items, or its failure record."""
+    chunk = read_chunk([source], _Lines(TaskSpec("lines", "none")), max_bytes)
+    items = [SimpleNamespace(payload=p) for p in chunk.block.payload] if chunk.block is not None else None
+    return SimpleNamespace(items=items, failure=chunk.failures[0] if chunk.failures else None)
 
 
 def unlistable(monkeypatch, directory: Path) -> None:

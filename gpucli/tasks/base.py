@@ -76,8 +76,15 @@ class Task:
     cpu_batch_size: ClassVar[int] = 0
     cpu_max_cost: ClassVar[int] = 0
     queue_items: ClassVar[int] = 2048  # items waiting for a batch; lower it for big items (audio, images)
+    max_file_mb: ClassVar[float] = 512.0  # larger inputs are failure records unless --max-file-mb says more
     read_chunk_files: ClassVar[int] = 64  # files per reader thread call (8 calls in flight): decoded
     # inputs wait in memory, so tasks with big decoded inputs read fewer at a time
+
+    @classmethod
+    def reader_processes(cls, cores: int) -> int:
+        """Reader processes by default on a host with `cores` (0 = read in threads). A task whose
+        `prepare` is CPU work in Python (tokenizing, decoding) overrides this."""
+        return 0
 
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec
@@ -135,8 +142,15 @@ class Task:
         """The rows (without `path`) of one batch: a table with a row per usable item, in
         order, and (position, reason) for each item whose output could not be used. The
         default calls `row` per item; a task with columnar outputs overrides this."""
-        from gpucli.records import Item
         from gpucli.writer import rows_to_table
+
+        good, bad = self.item_rows(items, outputs)
+        return rows_to_table([row for _, row in good], self.schema()), bad
+
+    def item_rows(self, items: Items, outputs: Any) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
+        """`row` per item: (position, row) for each usable output, (position, reason) for the rest.
+        A task that merges an input's rows in `finish` gets these dicts, all of their keys."""
+        from gpucli.records import Item
 
         names = list(items.meta)
         good, bad = [], []
@@ -144,10 +158,10 @@ class Task:
             item = Item(int(items.source_ids[position]), int(items.index[position]), None,
                         int(items.cost[position]), {n: items.meta[n][position] for n in names})
             try:
-                good.append(self.row(item, output))
+                good.append((position, self.row(item, output)))
             except Exception as exc:  # noqa: BLE001 - a bad output costs one file
                 bad.append((position, f"unusable model output: {type(exc).__name__}: {exc}"))
-        return rows_to_table(good, self.schema()), bad
+        return good, bad
 
     def finish(self, source: Source, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """All rows of one source, in item order, once every item is done. A task whose items

@@ -1,0 +1,105 @@
+"""Stopping: signals at any moment give the documented exit code within one deadline, and a
+worker that never finishes loading its model cannot hang the run (issue 13, items 9 and 10)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from gpucli.errors import WorkerSetupError
+from tests.test_pipeline import run_fake
+
+pytestmark = pytest.mark.slow
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from gpucli.config import RunConfig
+    from gpucli.pipeline import run
+    s = run(RunConfig(task="tests.fake_task:FakeTask", paths=({src!r},), out={out!r}, devices="cpu",
+                      progress="plain", task_options={options!r}, batch_size=4, workers_per_device=2))
+    print("SUMMARY", s.exit_code, s.succeeded, s.unfinished, flush=True)
+    sys.exit(s.exit_code)
+""")
+
+
+def test_a_worker_that_hangs_loading_its_model_is_killed_at_the_setup_timeout(tree, tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(WorkerSetupError, match="did not load the model within 2s"):
+        run_fake([tree({"a.txt": "one line\n"})], tmp_path / "out.parquet", {"setup_sleep_s": 3600},
+                 setup_timeout_s=2)
+    assert time.monotonic() - t0 < 60
+
+
+def _start(tree, tmp_path, options: dict) -> tuple[subprocess.Popen, Path]:
+    root = tree({f"f{i:03d}.txt": f"item {i}\n" for i in range(200)})
+    out = tmp_path / "out.parquet"
+    script = SCRIPT.format(root=ROOT, src=str(root), out=str(out), options=options)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    return proc, out
+
+
+def _wait_for(path: Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not path.exists():
+        time.sleep(0.05)
+    assert path.exists(), f"{path.name} never appeared"
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_the_whole_group_while_the_model_loads_gives_its_exit_code_promptly(tree, tmp_path, sig, code):
+    """systemd's stop (and Ctrl-C in a terminal) signals every process of the group: the
+    workers leave the decision to the parent, which exits with 143/130, not 'could not load'."""
+    marker = tmp_path / "loading"
+    proc, out = _start(tree, tmp_path, {"setup_sleep_s": 30, "ready_marker": str(marker)})
+    try:
+        _wait_for(marker)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, sig)
+        stdout, stderr = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 10.5
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == code, stderr
+    assert "could not load" not in stderr and "Traceback" not in stderr
+    assert stdout.split()[1] == str(code)
+
+
+def test_a_signal_mid_run_exits_143_within_the_deadline_and_a_rerun_finishes_exactly_once(tree, tmp_path):
+    proc, out = _start(tree, tmp_path, {"sleep_ms": 300})
+    try:
+        time.sleep(4.0)  # workers loaded, batches running and prefetched
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 10.5
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, stderr
+    _, _, succeeded, unfinished = stdout.split()
+    assert int(unfinished) > 0 and int(succeeded) + int(unfinished) <= 200
+    source = Path(script_source(proc.args[-1]))
+    summary = run_fake([source], out)
+    assert summary.exit_code == 0
+    from tests.test_pipeline import read_rows
+
+    paths = [r["path"] for r in read_rows(out)]
+    assert len(paths) == 200 and len(set(paths)) == 200, "every input exactly once after the rerun"
+
+
+def script_source(script: str) -> str:
+    """The tree root a script was given."""
+    import re
+
+    return re.search(r"paths=\('([^']+)',\)", script).group(1)
