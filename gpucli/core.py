@@ -5,7 +5,7 @@ results, one writer of parts.
               schema, metadata; the walk; the summary and its exit code
     Accounts  read chunks, batch outputs and failures -> rows, failure records, done inputs
 
-An engine (`pipeline.py` for local processes, `engines/ray.py` for Ray) moves blocks of items
+An engine (`pipeline.py` for local processes, `engines/ray/` for Ray) moves blocks of items
 to models and hands every outcome to the Accounts; it decides nothing about rows, failures,
 the ledger or exit codes.
 
@@ -228,6 +228,12 @@ class Job:
         if count < 0:
             count = self.task_cls.reader_processes(_cores())
         return ReaderProcesses(self.spec, count) if count > 0 else None
+
+    def attempts(self):
+        """Large inputs recorded in the ledger while they are prepared (reader.Attempts)."""
+        from gpucli.reader import Attempts
+
+        return Attempts(self.output.begin_attempts, self.output.end_attempts)
 
     def walk(self) -> Iterator[Found]:
         flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)

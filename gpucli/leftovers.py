@@ -8,7 +8,7 @@ run after run under cron:
   Their creator's resource tracker would unlink them, but it dies with the group. Each block
   is named after the pid of the process that made it.
 * `gpucli-ray-<pid>-<random>` in `tempfile.gettempdir()`: the private Ray's temp directory
-  (engines/ray.py, made with `ray_temp_prefix()`), hundreds of MB of logs and sockets.
+  (engines/ray/connection.py, made with `ray_temp_prefix()`), hundreds of MB of logs and sockets.
 
 An entry is removed only when it belongs to this user and the process named in it is dead:
 a run going on beside this one (its pid alive) keeps everything. A dead pid reused by an

@@ -160,6 +160,12 @@ class Output:
         if failure.stage != "skip":
             self.ledger.mark_failed(failure.path, failure.error)
 
+    def begin_attempts(self, sources: list[Source]) -> dict[str, int]:
+        return self.ledger.begin_attempts(sources)
+
+    def end_attempts(self, paths: list[str]) -> None:
+        self.ledger.end_attempts(paths)
+
     def unchanged(self, sources: list[Source]) -> None:
         """Inputs done earlier with the same content (a read chunk's worth at a time)."""
         self.ledger.mark_unchanged(sources)

@@ -181,7 +181,7 @@ class Pipeline:
         try:
             async for chunk in read_chunks(job.walk(), job.task, job.max_bytes, job.chunk_files,
                                            self.config.read_chunks_in_flight, lookup, job.seen(),
-                                           job.clocks["read"], processes):
+                                           job.clocks["read"], processes, job.attempts()):
                 block = job.accounts.read(chunk)
                 if block is not None:
                     self.has_work.set()

@@ -14,7 +14,6 @@ import errno
 import fnmatch
 import os
 import stat
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -378,20 +377,27 @@ async def read_chunks(
     seen: Callable[[list[str]], None] | None = None,
     busy: Any = contextlib.nullcontext(),
     processes: ReaderProcesses | None = None,
+    attempts: Attempts | None = None,
 ) -> AsyncIterator[ReadChunk]:
     """Walk and read with `in_flight` thread calls of `chunk_files` files each, yielding
     chunks as they finish. The walk itself also runs in a thread. With `lookup`, files an
     earlier run finished are not even read when their size and mtime are unchanged. `seen`
     (for --prune) gets the paths of each chunk of the walk, inputs and failure records.
     `busy` (a context manager) times the reader threads' work. With `processes`, each chunk is
-    read and prepared in a reader process (the threads only hand chunks over and wait)."""
+    read and prepared in a reader process (the threads only hand chunks over and wait). With
+    `attempts`, large inputs are recorded before they are prepared (see `Attempts`)."""
 
     def read(sources: list[Source]) -> ReadChunk:
         with busy:
             known = lookup([s.path for s in sources]) if lookup else None
-            if processes is not None:
-                return processes.read(sources, max_bytes, known)
-            return read_chunk(sources, task, max_bytes, known)
+            sources, refused, large = _guard_large(sources, attempts)
+            chunk = (processes.read(sources, max_bytes, known) if processes is not None
+                     else read_chunk(sources, task, max_bytes, known))
+            if large:
+                attempts.end(large)
+            chunk.failures.extend(refused)
+            chunk.found += len(refused)
+            return chunk
 
     def next_sources() -> tuple[list[Source], list[Failure], bool]:
         sources, failures, done = [], [], True
@@ -423,6 +429,34 @@ async def read_chunks(
             yield done.result()
 
 
+LARGE_INPUT_BYTES = 4 << 20  # inputs above this are recorded in the ledger before they are prepared
+ATTEMPTS_BEFORE_REFUSING = 2
+
+
+@dataclass
+class Attempts:
+    """Large inputs in the ledger while they are prepared: a file that killed its reader (the
+    parent, or a reader process: out of memory on a huge text) is not tried a third time.
+    Small inputs skip this, so the common path stays one ledger write per part."""
+
+    begin: Callable[[list[Source]], dict[str, int]]
+    end: Callable[[list[str]], None]
+
+
+def _guard_large(sources: list[Source], attempts: Attempts | None) -> tuple[list[Source], list[Failure], list[str]]:
+    """(sources to read, failure records for large inputs that crashed their reader twice,
+    paths of the large inputs now recorded)."""
+    large = [s for s in sources if s.size > LARGE_INPUT_BYTES] if attempts is not None else []
+    if not large:
+        return sources, [], []
+    earlier = attempts.begin(large)
+    bad = {p for p, count in earlier.items() if count >= ATTEMPTS_BEFORE_REFUSING}
+    refused = [Failure(s.path, "read", f"the reader died twice while preparing this {s.size / 2**20:.0f} MiB file "
+                       "(out of memory?); it is skipped until it changes: lower --max-file-mb to fail such files "
+                       "at once, or give the machine more memory") for s in large if s.path in bad]
+    return [s for s in sources if s.path not in bad], refused, [s.path for s in large]
+
+
 class ReaderProcesses:
     """Reader processes: read, hash and prepare chunks of files on other cores than the parent's.
 
@@ -441,7 +475,17 @@ class ReaderProcesses:
                                          initargs=(spec,))
 
     def read(self, sources: list[Source], max_bytes: int, known: dict[str, Any] | None) -> ReadChunk:
-        return self._pool.submit(_reader_read, sources, max_bytes, known).result()
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._pool.submit(_reader_read, sources, max_bytes, known).result()
+        except BrokenProcessPool:
+            from gpucli.errors import RunFailedError
+
+            names = ", ".join(s.path for s in sources[:3]) + (", ..." if len(sources) > 3 else "")
+            raise RunFailedError(f"a reader process died while preparing {len(sources)} file(s) ({names}), "
+                                 "probably out of memory; what was written is kept, and a rerun goes on (a large "
+                                 "file that kills its reader twice becomes a failure record)") from None
 
     def close(self) -> None:
         processes = list((getattr(self._pool, "_processes", None) or {}).values())

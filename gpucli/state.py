@@ -52,6 +52,7 @@ create table if not exists files (path text primary key, size integer, mtime_ns 
                                   status text, error text, location text, rows integer, updated real);
 create table if not exists locations (name text primary key, rows integer, created real);
 create table if not exists stale (location text, path text, primary key (location, path));
+create table if not exists attempts (path text primary key, size integer, mtime_ns integer, count integer);
 """
 
 SEEN = "create temp table if not exists seen (path text primary key)"
@@ -239,6 +240,27 @@ class Ledger:
                                             f"where path in ({marks})", chunk):
                     found[row[0]] = Known(*row[1:])
         return found
+
+    # --- large inputs that a reader may not survive ---------------------------------------
+    def begin_attempts(self, sources: list[Source]) -> dict[str, int]:
+        """Record that these inputs are being prepared now (committed before the reader starts),
+        and return how many earlier attempts at the same content (size and mtime) never ended."""
+        earlier: dict[str, int] = {}
+        with self._lock, self._db:
+            self._db.execute("begin")
+            for s in sources:
+                row = self._db.execute("select size, mtime_ns, count from attempts where path=?", (s.path,)).fetchone()
+                count = row[2] if row and (row[0], row[1]) == (s.size, s.mtime_ns) else 0
+                earlier[s.path] = count
+                self._db.execute("insert or replace into attempts values (?, ?, ?, ?)",
+                                 (s.path, s.size, s.mtime_ns, count + 1))
+        return earlier
+
+    def end_attempts(self, paths: list[str]) -> None:
+        """The reader came back for these inputs (rows to come, or a failure record)."""
+        with self._lock, self._db:
+            self._db.execute("begin")
+            self._db.executemany("delete from attempts where path=?", ((p,) for p in paths))
 
     def locations(self) -> set[str]:
         with self._lock:

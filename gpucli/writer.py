@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpucli.records import Failure, Source
+from gpucli.records import Failure
 from gpucli.sinks import Sink
 
 

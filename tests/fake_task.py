@@ -6,6 +6,7 @@ Markers in a line make the worker misbehave, for the failure-path tests:
   CRASH   the worker process dies (os._exit), like a native decoder crash
   BOOM    predict raises for the batch holding this line
   HANG    the worker hangs (for the batch timeout)
+  DIE_IN_PREPARE (anywhere in a file) the process preparing it dies
 Options make setup fail, raise out-of-memory above a batch size, log every batch (size
 and cost) to a file the test reads, and leave a marker if the worker's teardown runs.
 """
@@ -59,6 +60,8 @@ class FakeTask(Task):
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise InputError("decode", "not UTF-8") from None
+        if "DIE_IN_PREPARE" in text:  # a decoder that takes its process down (out of memory)
+            os._exit(9)
         lines = [line for line in text.splitlines() if line.strip()]
         return [Item(source.id, i, line, max(1, len(line.split())), {"chunk": i, "text": line})
                 for i, line in enumerate(lines)]

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucli.batching import END, Batcher, BatchCaps, BlockQueue, Windows, cut_points, sort_by_cost
+from gpucli.batching import END, BatchCaps, Batcher, BlockQueue, Windows, cut_points, sort_by_cost
 from gpucli.config import RunConfig
 from gpucli.records import Items, Ragged
 

@@ -304,6 +304,9 @@ def test_a_repo_the_hub_does_not_have_is_exit_2(fake_hub):
 
 
 def test_download_progress_goes_to_stderr_never_stdout(fake_hub, capfd):
+    from huggingface_hub.utils import enable_progress_bars
+
+    enable_progress_bars()  # an in-process model setup earlier in the session may have turned them off
     resolve_model_dir("org/tiny")
     out, err = capfd.readouterr()
     assert out == "" and "Fetching" in err

@@ -51,7 +51,7 @@ def test_names_that_are_not_utf8_and_other_odd_names_are_inputs_and_rerun_unchan
     root = tmp_path / "in"
     root.mkdir()
     names = {b"caf\xe9.txt": b"latin one\n", b"bad \xff\xfe.txt": b"\xff\xfe not utf8 content",
-             "new\nline.txt".encode(): b"newline\n", "sp ace 中文.txt".encode(): b"cjk\n",
+             b"new\nline.txt": b"newline\n", "sp ace 中文.txt".encode(): b"cjk\n",
              b"d\xe9j\xe0/inner.txt": b"inner\n"}
     for raw, data in names.items():
         path = os.fsencode(root) + b"/" + raw

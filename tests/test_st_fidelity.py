@@ -18,8 +18,19 @@ from gpucli.cli import app
 from gpucli.errors import UsageError
 from gpucli.records import Source
 from gpucli.tasks import TaskSpec, create_task
-from gpucli.tasks._st_modules import (EmbedModelConfig, Prompts, apply_lower_case, apply_prompt, info, pool,
-                                      prompt_ids, read_model_config, read_pooling, resolve_prompts, split_prompt)
+from gpucli.tasks._st_modules import (
+    EmbedModelConfig,
+    Prompts,
+    apply_lower_case,
+    apply_prompt,
+    info,
+    pool,
+    prompt_ids,
+    read_model_config,
+    read_pooling,
+    resolve_prompts,
+    split_prompt,
+)
 
 TEXTS = ["The cat sat on the mat.", "GPUs run matrix multiplications quickly, don't they?",
          "A river flows from the mountains to the sea, carrying sediment along the way.", "Short."]

@@ -90,7 +90,7 @@ def test_a_signal_mid_run_exits_143_within_the_deadline_and_a_rerun_finishes_exa
     _, _, succeeded, unfinished = stdout.split()
     assert int(unfinished) > 0 and int(succeeded) + int(unfinished) <= 200
     source = Path(script_source(proc.args[-1]))
-    summary = run_fake([source], out)
+    summary = run_fake([source], out, {"sleep_ms": 300}, batch_size=4, workers_per_device=2)  # the same settings
     assert summary.exit_code == 0
     from tests.test_pipeline import read_rows
 
@@ -103,3 +103,24 @@ def script_source(script: str) -> str:
     import re
 
     return re.search(r"paths=\('([^']+)',\)", script).group(1)
+
+
+def test_a_large_file_that_kills_its_reader_twice_becomes_a_failure_record(tree, tmp_path, monkeypatch):
+    """Issue 13, item 12: large inputs are in the ledger while they are prepared; one that took
+    its reader down twice is a failure record on the next run, and the rest goes through."""
+    from gpucli import reader
+    from gpucli.errors import RunFailedError
+
+    monkeypatch.setattr(reader, "LARGE_INPUT_BYTES", 10)  # every test file counts as large
+    root = tree({"bad.txt": "DIE_IN_PREPARE here\n", **{f"ok{i}.txt": f"fine line {i}\n" for i in range(5)}})
+    out = tmp_path / "out.parquet"
+    for _ in range(2):
+        with pytest.raises(RunFailedError, match="reader process died"):
+            run_fake([root], out, read_processes=1, read_chunk_files=1, read_chunks_in_flight=1)
+    summary = run_fake([root], out, read_processes=1, read_chunk_files=1, read_chunks_in_flight=1)
+    assert summary.failed == 1 and summary.exit_code == 1
+    failures = Path(summary.failures_file).read_text()
+    assert "bad.txt" in failures and "died twice" in failures
+    from tests.test_pipeline import read_rows
+
+    assert sorted({r["path"] for r in read_rows(out)}) == [f"ok{i}.txt" for i in range(5)]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
 from types import SimpleNamespace
 
 from gpucli.reader import WalkFilter, WalkReport, read_chunk, walk

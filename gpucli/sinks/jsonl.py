@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gpucli.errors import UsageError
 from gpucli.sinks.base import Rewrite, Sink
+from gpucli.sinks.parquet import fsync_dir
 
 RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 
@@ -67,7 +68,7 @@ class JsonlSink(Sink):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "ab", buffering=0)
         self._size = os.fstat(self._file.fileno()).st_size
-        _fsync_dir(self.path.parent)  # a new file's name is durable before the ledger counts its rows
+        fsync_dir(self.path.parent)  # a new file's name is durable before the ledger counts its rows
 
     # --- writes --------------------------------------------------------------------------------
     def write(self, table) -> str | None:
@@ -142,7 +143,7 @@ class JsonlSink(Sink):
                     after[renamed[name]] = (begin, dst.tell())
             dst.flush()
             os.fsync(dst.fileno())
-        _fsync_dir(self.path.parent)  # the copy survives a power cut once the ledger names it
+        fsync_dir(self.path.parent)  # the copy survives a power cut once the ledger names it
         self._next_ranges = after
         return Rewrite({old: new for old, new in renamed.items() if old != new}, self._tmp.name)
 
@@ -151,7 +152,7 @@ class JsonlSink(Sink):
         if tmp.exists():
             self._file.close()
             os.replace(tmp, self.path)
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
             self._file = open(self.path, "ab", buffering=0)
             self._size = os.fstat(self._file.fileno()).st_size
         if self._next_ranges is not None:
@@ -180,12 +181,6 @@ def _span(name: str) -> tuple[int, int]:
     return int(start), int(end)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _plain(value):

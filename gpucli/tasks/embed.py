@@ -20,8 +20,15 @@ from gpucli.backends import resolve_backend
 from gpucli.errors import InputError, UsageError
 from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import Failure, Item, Items, Ragged, Source
-from gpucli.tasks._st_modules import (apply_lower_case, pool, pooled_prompt_length, prompt_ids, read_model_config,
-                                      resolve_prompts, split_prompt)
+from gpucli.tasks._st_modules import (
+    apply_lower_case,
+    pool,
+    pooled_prompt_length,
+    prompt_ids,
+    read_model_config,
+    resolve_prompts,
+    split_prompt,
+)
 from gpucli.tasks._st_modules import info as st_info
 from gpucli.tasks._text import decode_text
 from gpucli.tasks.base import ModelEntry, Task

@@ -171,8 +171,6 @@ def _write_synced(path: Path, text: str) -> None:
 
 
 def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    from gpucli.sinks.parquet import fsync_dir
+
+    fsync_dir(path)
