@@ -70,6 +70,11 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("exclude", list[str], ("--exclude",), "Glob of files to leave out (repeatable)."),
     ("max_file_mb", float, ("--max-file-mb",), "Larger files become failure records (default: 64 for text, "
                                                "whose tokenizing needs memory per MB; 512 for images and audio)."),
+    ("fail_on", str, ("--fail-on",), "Which failed inputs make the exit code 1: new (default: inputs that had not "
+                                     "already failed unchanged), any, or never. Known failures stay in the failures "
+                                     "file either way."),
+    ("allow_empty", bool, ("--allow-empty",), "A run that finds no input exits 0, not 3 (an empty or unmounted "
+                                              "directory looks like that)."),
     ("setup_timeout_s", float, ("--setup-timeout-s",), "A worker still loading its model after this is restarted, "
                                                        "within the restart budget (default: 900)."),
     ("batch_timeout_s", float, ("--batch-timeout-s",), "A worker stuck longer on one batch is restarted and the "
@@ -270,7 +275,8 @@ def _error(message: str) -> None:
 
 
 def _print_summary(s: Any) -> None:
-    state = "interrupted" if s.interrupted else ("done" if s.exit_code == 0 else "done with failures")
+    state = ("interrupted" if s.interrupted else "done" if s.exit_code == 0
+             else "done with failures" if s.exit_code == 1 else "failed")
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in s.stage_seconds.items())
     lines = [
         f"gpucli {s.task}: {state} in {s.elapsed_s:.1f}s — {s.inputs} inputs: {s.succeeded} succeeded, "

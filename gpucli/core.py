@@ -32,7 +32,7 @@ import numpy as np
 from gpucli import __version__
 from gpucli.batching import WINDOW_BATCHES, BatchCaps
 from gpucli.config import RunConfig
-from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, UsageError
+from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UsageError
 from gpucli.output import Output
 from gpucli.progress import Counts, Progress, make_progress
 from gpucli.reader import Found, ReadChunk, WalkFilter, WalkReport, walk
@@ -58,6 +58,11 @@ class RunSummary:
     stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     items_per_s: float = 0.0
     exit_code: int = 0
+    failed_known: int = 0  # of `failed`: inputs that had failed before and have not changed since
+    version: str = __version__
+    started_at: str = ""
+    finished_at: str = ""
+    devices: list[str] = field(default_factory=list)
     unchanged: int = 0  # done by an earlier run, counted in skipped
     pruned: int = 0
     unfinished: int = 0
@@ -69,6 +74,10 @@ class RunSummary:
         data["elapsed_s"] = round(self.elapsed_s, 3)
         data["items_per_s"] = round(self.items_per_s, 2)
         return data
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def _cores() -> int:
@@ -180,6 +189,7 @@ class Job:
         self.caps = batch_caps(config, self.task_cls)
         self.clocks = {"read": BusyClock()}
         self.started = time.monotonic()
+        self.summary.started_at = _now()
         self.report = WalkReport()
 
     def open(self) -> None:
@@ -205,6 +215,7 @@ class Job:
         from gpucli.progress import start_line
 
         self.caps = batch_caps(self.config, self.task_cls, devices)
+        self.summary.devices = list(devices)
         self.progress.start(start_line(__version__, self.task_cls.name, self.spec.model, devices, self.output.display))
 
     @property
@@ -268,11 +279,23 @@ class Job:
         s.stage_seconds.update(read=self.clocks["read"].seconds, write=write_s, infer=infer_s, queue=queue_s)
         s.items_per_s = self.counts.items / s.elapsed_s if s.elapsed_s else 0.0
         s.interrupted = bool(stopping)
-        if stopping:
-            s.exit_code = EXIT_SIGTERM if stopping == signal.SIGTERM else EXIT_SIGINT
-        else:
-            s.exit_code = EXIT_FAILED if s.failed else EXIT_OK
+        s.finished_at = _now()
+        s.exit_code = self._exit_code(stopping)
         return s
+
+    def _exit_code(self, stopping: int) -> int:
+        """Interrupted: 130/143. A run that found no input under the roots given: 3 (an unmounted
+        share looks like this) unless --allow-empty (or --prune-all, which says the root is empty on purpose). Failed inputs: 1 by --fail-on (new: only
+        those that had not failed before unchanged; any; never)."""
+        s = self.summary
+        if stopping:
+            return EXIT_SIGTERM if stopping == signal.SIGTERM else EXIT_SIGINT
+        if self.counts.found == 0 and not (self.config.allow_empty or self.config.prune_all):
+            self.progress.log(f"found no input under {', '.join(self.config.paths)}: nothing to do (an empty or "
+                              "unmounted directory?); pass --allow-empty when that is expected")
+            return EXIT_RUN_FAILED
+        failing = {"any": s.failed, "new": s.failed - s.failed_known, "never": 0}[self.config.fail_on]
+        return EXIT_FAILED if failing else EXIT_OK
 
 
 # --- the accounting ---------------------------------------------------------------------------
@@ -397,14 +420,15 @@ class Accounts:
         self.status[sid] = FAILED
         self._merging.pop(sid, None)
         source = self.sources.pop(sid)
-        self.record_failure(Failure(source.path, stage, reason))
+        self.record_failure(Failure(source.path, stage, reason, source.size, source.mtime_ns))
 
     def record_failure(self, failure: Failure) -> None:
-        self.output.failed(failure)
+        known = self.output.failed(failure)
         if failure.stage == "skip":
             self.summary.skipped += 1
         else:
             self.summary.failed += 1
+            self.summary.failed_known += known
 
     # --- from the writer --------------------------------------------------------------------
     def take_part(self) -> Part | None:

@@ -155,10 +155,12 @@ class Output:
         """After the sink made these rows durable (writer thread)."""
         self.ledger.mark_done(sources, rows, location)
 
-    def failed(self, failure: Failure) -> None:
+    def failed(self, failure: Failure) -> bool:
+        """Record a failure; returns whether it is a known one (failed before, input unchanged)."""
         self.failures.add(failure)
-        if failure.stage != "skip":
-            self.ledger.mark_failed(failure.path, failure.error)
+        if failure.stage == "skip":
+            return False
+        return self.ledger.mark_failed(failure.path, failure.error, failure.size, failure.mtime_ns)
 
     def begin_attempts(self, sources: list[Source]) -> dict[str, int]:
         return self.ledger.begin_attempts(sources)

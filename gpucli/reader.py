@@ -333,7 +333,15 @@ def read_chunk(sources: list[Source], task: Any, max_bytes: int, known: dict[str
         chunk.failures.extend(failures)
         running = set(chunk.block.source_ids.tolist()) if chunk.block is not None else set()
         chunk.sources = [s for s in todo if s.id in running]
+    by_path = {s.path: s for s in sources}
+    chunk.failures = [_with_stat(f, by_path.get(f.path)) for f in chunk.failures]
     return chunk
+
+
+def _with_stat(failure: Failure, source: Source | None) -> Failure:
+    import dataclasses
+
+    return dataclasses.replace(failure, size=source.size, mtime_ns=source.mtime_ns) if source else failure
 
 
 def _read_bytes(source: Source, max_bytes: int) -> bytes:

@@ -195,6 +195,8 @@ class Failure:
     path: str
     stage: str
     error: str
+    size: int = -1  # the input's stat when it failed (-1: not known), so that a rerun can tell
+    mtime_ns: int = -1  # "failed again, unchanged" from "a new problem" (--fail-on new)
 
     def to_dict(self) -> dict[str, str]:
         return {"path": self.path, "stage": self.stage, "error": self.error}

@@ -325,13 +325,21 @@ class Ledger:
             self._db.executemany("update files set size=?, mtime_ns=? where path=? and (size!=? or mtime_ns!=?)",
                                  ((s.size, s.mtime_ns, s.path, s.size, s.mtime_ns) for s in sources))
 
-    def mark_failed(self, path: str, error: str) -> None:
-        """A failed input keeps its old rows, if any, until it succeeds again."""
-        with self._lock:
-            self._db.execute("insert into files (path, status, error, updated) values (?, 'failed', ?, ?) "
-                             "on conflict(path) do update set status=case when location is null then 'failed' "
-                             "else status end, error=excluded.error, updated=excluded.updated",
-                             (path, error, time.time()))
+    def mark_failed(self, path: str, error: str, size: int = -1, mtime_ns: int = -1) -> bool:
+        """A failed input keeps its old rows, if any, until it succeeds again. Returns whether it
+        is a known failure: it had failed before, with the same size and mtime (unchanged)."""
+        with self._lock, self._db:
+            self._db.execute("begin")
+            row = self._db.execute("select status, size, mtime_ns from files where path=?", (path,)).fetchone()
+            known = row is not None and row[0] == "failed" and (row[1], row[2]) == (size, mtime_ns)
+            self._db.execute("insert into files (path, size, mtime_ns, status, error, updated) "
+                             "values (?, ?, ?, 'failed', ?, ?) on conflict(path) do update set "
+                             "status=case when location is null then 'failed' else status end, "
+                             "size=case when location is null then excluded.size else size end, "
+                             "mtime_ns=case when location is null then excluded.mtime_ns else mtime_ns end, "
+                             "error=excluded.error, updated=excluded.updated",
+                             (path, size, mtime_ns, error, time.time()))
+        return known
 
     def prune(self, paths: list[str]) -> None:
         """Forget these inputs; their rows become stale (removed at close), in one transaction."""

@@ -156,7 +156,7 @@ def test_cli_prune_of_an_empty_root_keeps_every_row_and_says_so(tree, tmp_path):
     for name in ("a.txt", "b.txt"):
         (root / name).unlink()  # an unmounted share
     code, summary, err = cli(str(root), "--out", str(out), "--prune")
-    assert (code, summary["pruned"]) == (0, 0), err
+    assert (code, summary["pruned"]) == (3, 0), err  # a root that holds nothing is exit 3 (issue 14)
     assert "empty" in err and rows_by_path(out) == ["a.txt", "b.txt"]
     code, summary, err = cli(str(root), "--out", str(out), "--prune-all")
     assert (code, summary["pruned"]) == (0, 2), err

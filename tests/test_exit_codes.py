@@ -1,0 +1,43 @@
+"""What a cron user reads from the exit code (issue 14, part 4): known failures, empty roots,
+and the summary's run fields."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED
+from tests.test_pipeline import run_fake
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_known_bad_file_fails_the_run_once_then_only_with_fail_on_any(tree, tmp_path):
+    root = tree({"good.txt": "fine\n", "bad.txt": b"\xff\xfe\xfa not utf-8 \xff"})
+    out = tmp_path / "out.parquet"
+    first = run_fake([root], out)
+    assert first.exit_code == EXIT_FAILED and first.failed == 1 and first.failed_known == 0
+    again = run_fake([root], out)
+    assert again.exit_code == EXIT_OK, "the same unchanged bad file is not a new problem"
+    assert again.failed == 1 and again.failed_known == 1
+    assert run_fake([root], out, fail_on="any").exit_code == EXIT_FAILED
+    (root / "bad.txt").write_bytes(b"\xff changed and still bad \xfe")
+    changed = run_fake([root], out)
+    assert changed.exit_code == EXIT_FAILED and changed.failed_known == 0, "changed and failed again is new"
+    assert run_fake([root], out, fail_on="never").exit_code == EXIT_OK
+
+
+def test_a_root_that_holds_nothing_exits_3_unless_allowed(tree, tmp_path):
+    empty = tmp_path / "mnt"
+    empty.mkdir()
+    assert run_fake([empty], tmp_path / "a.parquet").exit_code == EXIT_RUN_FAILED
+    assert run_fake([empty], tmp_path / "b.parquet", allow_empty=True).exit_code == EXIT_OK
+
+
+def test_an_unchanged_rerun_is_not_empty_and_the_summary_says_when_and_where(tree, tmp_path):
+    root = tree({"a.txt": "one\n"})
+    out = tmp_path / "out.parquet"
+    first = run_fake([root], out)
+    rerun = run_fake([root], out)
+    assert rerun.exit_code == EXIT_OK and rerun.unchanged == 1
+    data = first.to_dict()
+    assert data["version"] and data["started_at"] <= data["finished_at"] and data["devices"] == ["cpu"]
