@@ -70,6 +70,10 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("exclude", list[str], ("--exclude",), "Glob of files to leave out (repeatable)."),
     ("max_file_mb", float, ("--max-file-mb",), "Larger files become failure records (default: 64 for text, "
                                                "whose tokenizing needs memory per MB; 512 for images and audio)."),
+    ("limit", int, ("--limit",), "Take at most N inputs from the walk (a quick trial; a limited run prunes "
+                                 "nothing)."),
+    ("dry_run", bool, ("--dry-run",), "Walk and filter, then print one JSON line per input saying what a run "
+                                      "would do (run, unchanged, prune, fail); loads no model, writes nothing."),
     ("fail_on", str, ("--fail-on",), "Which failed inputs make the exit code 1: new (default: inputs that had not "
                                      "already failed unchanged), any, or never. Known failures stay in the failures "
                                      "file either way."),
@@ -275,6 +279,11 @@ def _error(message: str) -> None:
 
 
 def _print_summary(s: Any) -> None:
+    if getattr(s, "dry_run", False):
+        print(f"gpucli {s.task}: dry run — {s.inputs} inputs: {s.succeeded} would run, {s.unchanged} unchanged, "
+              f"{s.failed} would fail, {s.skipped} skipped" + (f", {s.pruned} would be pruned" if s.pruned else "")
+              + f"; nothing written to {s.out}", file=sys.stderr, flush=True)
+        return
     state = ("interrupted" if s.interrupted else "done" if s.exit_code == 0
              else "done with failures" if s.exit_code == 1 else "failed")
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in s.stage_seconds.items())

@@ -57,6 +57,8 @@ class RunConfig:
     part_rows: int = 10_000  # rows per part; also the writer's buffer, so it bounds memory
     flush_s: float = 30.0
     batch_timeout_s: float = 600.0
+    limit: int = 0  # at most this many inputs from the walk (0 = all); a limited run prunes nothing
+    dry_run: bool = False  # walk, filter and say per input what a run would do; no model, no writes
     fail_on: str = "new"  # which failed inputs make the exit code 1: new | any | never
     allow_empty: bool = False  # a run that finds no input at all exits 0 instead of 3
     setup_timeout_s: float = 900.0  # a worker still loading its model after this is killed (a death)
@@ -82,6 +84,7 @@ class RunConfig:
         _check(self.batch_timeout_s > 0, "--batch-timeout-s must be positive")
         _check(self.setup_timeout_s > 0, "--setup-timeout-s must be positive")
         _check(self.fail_on in ("new", "any", "never"), "--fail-on must be new, any or never")
+        _check(self.limit >= 0, "--limit must be 0 (no limit) or positive")
         _check(self.max_restarts >= 0, "max_restarts must be 0 or positive")
 
 

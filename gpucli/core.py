@@ -67,6 +67,7 @@ class RunSummary:
     pruned: int = 0
     unfinished: int = 0
     interrupted: bool = False
+    dry_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -74,6 +75,16 @@ class RunSummary:
         data["elapsed_s"] = round(self.elapsed_s, 3)
         data["items_per_s"] = round(self.items_per_s, 2)
         return data
+
+
+def _limited(found: Iterator[Found], limit: int) -> Iterator[Found]:
+    sources = 0
+    for item in found:
+        if item.source is not None:
+            if sources == limit:
+                return
+            sources += 1
+        yield item
 
 
 def _now() -> str:
@@ -246,9 +257,12 @@ class Job:
 
         return Attempts(self.output.begin_attempts, self.output.end_attempts)
 
-    def walk(self) -> Iterator[Found]:
+    def walk(self, exclude: list[str] | None = None) -> Iterator[Found]:
+        """The inputs, at most `--limit` of them (a limited walk is incomplete: it prunes nothing)."""
         flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
-        return walk(list(self.config.paths), flt, self.output.walk_exclusions(), self.report)
+        found = walk(list(self.config.paths), flt, self.output.walk_exclusions() if exclude is None else exclude,
+                     self.report)
+        return _limited(found, self.config.limit) if self.config.limit else found
 
     def seen(self) -> Callable[[list[str]], None] | None:
         """For --prune: where the walk's paths go (the ledger, not memory)."""

@@ -34,6 +34,10 @@ ENGINES = {
 
 def run_engine(config: RunConfig) -> RunSummary:
     """Run the job on `config.engine` and return its summary."""
+    if config.dry_run:
+        from gpucli.dryrun import dry_run
+
+        return dry_run(config)
     engine = ENGINES.get(config.engine)
     if engine is None:
         raise UsageError(f"--engine {config.engine!r}: choose one of {', '.join(ENGINES)}")
