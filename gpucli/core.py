@@ -366,8 +366,8 @@ class Accounts:
         self.waiting = np.concatenate([self.waiting, np.zeros(size - len(self.waiting), np.int32)])
 
     # --- from the models --------------------------------------------------------------------
-    def outputs(self, items: Items, outputs: Any) -> int:
-        """One batch's outputs: its rows into the buffer; returns the rows added."""
+    def outputs(self, items: Items, outputs: Any) -> None:
+        """One batch's outputs: its rows into the buffer."""
         self.counts.items += len(items)
         self.counts.cost += items.total_cost
         try:
@@ -377,7 +377,7 @@ class Accounts:
                 table, bad = self.task.rows(items, outputs)
         except Exception as exc:  # noqa: BLE001 - a bad output costs its inputs, not the run
             self.fail_items(items, "infer", f"unusable model output: {type(exc).__name__}: {exc}")
-            return 0
+            return
         for position, reason in bad:
             self.fail_source(int(items.source_ids[position]), "infer", reason)
         if self.task.merges_rows:
@@ -385,20 +385,17 @@ class Accounts:
                 sid = int(items.source_ids[position])
                 if self.status[sid] == OPEN:  # a failed input's late rows are dropped
                     self._merging.setdefault(sid, []).append((int(items.index[position]), row))
-            added = 0
         else:
             keep = np.ones(len(items), dtype=bool)
             keep[[position for position, _ in bad]] = False
-            added = self._add_rows(table, items.source_ids[keep], items.index[keep])
+            self._add_rows(table, items.source_ids[keep], items.index[keep])
         self._arrived(items.source_ids)
-        return added
 
-    def _add_rows(self, table: Any, ids: np.ndarray, index: np.ndarray) -> int:
+    def _add_rows(self, table: Any, ids: np.ndarray, index: np.ndarray) -> None:
         import pyarrow as pa
 
         paths = [self.sources[sid].path if sid in self.sources else "" for sid in ids.tolist()]
         self.buffer.add(table.add_column(0, "path", pa.array(paths, pa.string())), ids, index)
-        return table.num_rows
 
     def _arrived(self, ids: np.ndarray) -> None:
         unique, counts = np.unique(ids, return_counts=True)

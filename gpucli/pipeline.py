@@ -100,7 +100,7 @@ class Pipeline:
                                batch_timeout_s=config.batch_timeout_s, max_restarts=config.max_restarts,
                                setup_timeout_s=config.setup_timeout_s)
         self.writer = Writer(job.output.sink, config.part_rows, config.flush_s, job.accounts.take_part,
-                             job.accounts.commit, job.accounts.durable)
+                             job.accounts.commit, job.accounts.durable, lambda: job.accounts.buffer.rows)
         self.has_work = asyncio.Event()
         ticker = asyncio.ensure_future(self._tick())
         self.reader = asyncio.ensure_future(self._read())  # reads while the workers load their models
@@ -232,7 +232,8 @@ class Pipeline:
 
     # --- results (called on the loop by the pool) -------------------------------------------
     def _on_outputs(self, batch: Batch, outputs, seconds: float) -> None:
-        self.writer.added(self.job.accounts.outputs(batch.items, outputs))
+        self.job.accounts.outputs(batch.items, outputs)
+        self.writer.added()
 
     def _on_batch_failed(self, batch: Batch, reason: str) -> None:
         self.job.accounts.fail_items(batch.items, "infer", reason)

@@ -99,18 +99,20 @@ class PartBuffer:
 class Writer:
     """Writes parts in its own thread, one at a time, in order; the event loop only hands
     over the rows. `commit` runs in the writer thread right after the sink made a part
-    durable (the ledger marks its inputs done); `on_durable` then runs on the loop."""
+    durable (the ledger marks its inputs done); `on_durable` then runs on the loop. `backlog`
+    says how many rows wait in the buffer (derived there, never counted twice)."""
 
     def __init__(self, sink: Sink, part_rows: int, flush_s: float, take: Callable[[], Part | None],
-                 commit: Callable[[Part, str | None], Any], on_durable: Callable[[Any], None]) -> None:
+                 commit: Callable[[Part, str | None], Any], on_durable: Callable[[Any], None],
+                 backlog: Callable[[], int]) -> None:
         self.sink = sink
         self.part_rows = part_rows
         self.flush_s = flush_s
         self.take = take
         self.commit = commit
         self.on_durable = on_durable
+        self._backlog = backlog
         self.seconds = 0.0
-        self.pending_rows = 0  # rows handed over and not yet written (backpressure)
         self.busy = False  # a part is being written now
         self._wake = asyncio.Event()
         self._closed = False
@@ -125,15 +127,14 @@ class Writer:
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._loop())
 
-    def added(self, rows: int) -> None:
-        """Rows were added to the buffer (on the loop)."""
-        self.pending_rows += rows
-        if self.pending_rows >= self.part_rows:
+    def added(self) -> None:
+        """Rows were added to the buffer (on the loop): write a part once a part's worth waits."""
+        if self.backlog >= self.part_rows:
             self._wake.set()
 
     @property
     def backlog(self) -> int:
-        return self.pending_rows
+        return self._backlog()
 
     @property
     def task(self) -> asyncio.Task | None:
@@ -164,7 +165,6 @@ class Writer:
         part = self.take()
         if part is None:
             return
-        self.pending_rows = max(0, self.pending_rows - part.table.num_rows)
         t0 = time.perf_counter()
         self.busy = True
         try:
