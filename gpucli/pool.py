@@ -175,11 +175,10 @@ class WorkerPool:
         if not worker.in_flight:
             worker.busy_since = time.monotonic()
         worker.in_flight[batch.id] = InFlight(batch, packed, time.monotonic())
-        try:
-            await asyncio.get_running_loop().run_in_executor(self._senders[worker.index], worker.conn.send,
-                                                                (batch.id, packed))
-        except (OSError, ValueError):
-            pass  # the receiver thread sees the death and requeues this batch
+        # Handed to the worker's sender thread without waiting for the write: the in-flight
+        # limit already bounds what is queued, and a wake-up per batch cost the loop more than
+        # the send itself. A failed write is the receiver thread's to see (it requeues the batch).
+        self._senders[worker.index].submit(_send_quietly, worker.conn, (batch.id, packed))
 
     def in_flight_count(self) -> int:
         return sum(len(w.in_flight) for w in self.workers)
@@ -226,16 +225,19 @@ class WorkerPool:
     def _receive(self, worker: Worker, conn: Any, process: Any) -> None:
         while True:
             try:
-                message = conn.recv()
+                messages = [conn.recv()]
+                while len(messages) < RECEIVE_DRAIN and conn.poll():  # what is waiting: one wake-up of the loop
+                    messages.append(conn.recv())
             except (EOFError, OSError):
                 break
-            self._loop.call_soon_threadsafe(self._on_message, worker, process, message)
+            self._loop.call_soon_threadsafe(self._on_messages, worker, process, messages)
         process.join(5.0)
         self._loop.call_soon_threadsafe(self._on_exit, worker, process)
 
-    def _on_message(self, worker: Worker, process: Any, message: tuple) -> None:
+    def _on_messages(self, worker: Worker, process: Any, messages: list[tuple]) -> None:
         try:
-            self._handle(worker, process, message)
+            for message in messages:
+                self._handle(worker, process, message)
         except Exception as exc:  # noqa: BLE001 - a bug here must stop the run, not hang it
             import traceback
 
@@ -354,6 +356,9 @@ class WorkerPool:
             os.kill(worker.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+RECEIVE_DRAIN = 256  # messages a receiver thread hands the loop at once, at most
 
 
 def _send_quietly(conn: Any, message: Any) -> None:
