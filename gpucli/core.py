@@ -156,10 +156,29 @@ def quiet_parent_torch() -> None:
 
 
 def output_schema(task: Task):
-    """`path` first, then the task's columns."""
+    """`path` first, then the task's columns, then the input's own (see `input_columns`)."""
     import pyarrow as pa
 
-    return pa.schema([pa.field("path", pa.string())] + list(task.schema()))
+    return pa.schema([pa.field("path", pa.string())] + list(task.schema()) + list(input_fields()))
+
+
+def input_fields():
+    """Per-input columns, last so that outputs written before them keep their column order:
+    the input's size in bytes, its modification time, and the content digest the ledger keeps
+    (to join rows with the tree, or find the rows of one file's version)."""
+    import pyarrow as pa
+
+    return [pa.field("size", pa.int64()), pa.field("mtime", pa.timestamp("ns", tz="UTC")),
+            pa.field("digest", pa.string())]
+
+
+def input_columns(sources: list[Source]) -> list[Any]:
+    """The per-input columns of rows whose inputs are `sources`, one per row."""
+    import pyarrow as pa
+
+    size, mtime, digest = input_fields()
+    return [pa.array([s.size for s in sources], size.type), pa.array([s.mtime_ns for s in sources], mtime.type),
+            pa.array([s.digest for s in sources], digest.type)]
 
 
 def output_metadata(task: Task) -> dict[str, str]:
@@ -176,6 +195,15 @@ def output_settings(spec: TaskSpec, task: Task, metadata: dict[str, str]) -> dic
     info = {k: v for k, v in metadata.items() if k != "gpucli.version" and k not in DESCRIPTIVE_KEYS}
     return {"task": spec.name, "model": spec.model, "options": options, "dtype": spec.dtype,
             "info": fingerprint_info(info)}
+
+
+def input_root(paths: tuple[str, ...]) -> str:
+    """The absolute directory the rows' `path` is relative to (see reader.common_base)."""
+    from pathlib import Path
+
+    from gpucli.reader import common_base
+
+    return str(common_base([Path(os.path.abspath(p)) for p in paths])) if paths else ""
 
 
 def check_roots(paths: tuple[str, ...]) -> None:
@@ -215,7 +243,9 @@ class Job:
         self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental,
                              state_dir=getattr(self.config, "state_dir", ""))
         self.schema, metadata = output_schema(self.task), output_metadata(self.task)
-        self.output.open(self.schema, metadata, output_settings(self.spec, self.task, metadata))
+        settings = output_settings(self.spec, self.task, metadata)
+        metadata["gpucli.root"] = input_root(self.config.paths)  # descriptive: not part of the settings
+        self.output.open(self.schema, metadata, settings)
         self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
         for notice in getattr(self.output.sink, "notices", []):
             self.progress.log(f"note: {notice}")
@@ -394,8 +424,12 @@ class Accounts:
     def _add_rows(self, table: Any, ids: np.ndarray, index: np.ndarray) -> None:
         import pyarrow as pa
 
-        paths = [self.sources[sid].path if sid in self.sources else "" for sid in ids.tolist()]
-        self.buffer.add(table.add_column(0, "path", pa.array(paths, pa.string())), ids, index)
+        gone = Source(-1, "", "")  # an input that failed meanwhile: its rows are dropped at the part
+        sources = [self.sources.get(sid, gone) for sid in ids.tolist()]
+        table = table.add_column(0, "path", pa.array([s.path for s in sources], pa.string()))
+        for field, column in zip(input_fields(), input_columns(sources)):
+            table = table.append_column(field, column)
+        self.buffer.add(table, ids, index)
 
     def _arrived(self, ids: np.ndarray) -> None:
         unique, counts = np.unique(ids, return_counts=True)
@@ -416,7 +450,7 @@ class Accounts:
             self.fail_source(sid, "infer", f"{type(exc).__name__}: {exc}")
             return
         for row in rows:
-            row["path"] = source.path
+            row.update(path=source.path, size=source.size, mtime=source.mtime_ns, digest=source.digest)
         table = rows_to_table(rows, self.schema)
         self.buffer.add(table, np.full(len(rows), sid, np.int64), np.arange(len(rows), dtype=np.int64))
 

@@ -24,7 +24,7 @@ from typing import Any
 from gpucli.errors import UsageError
 
 PART = re.compile(r"^part-\d+\.parquet$")
-EXTRA_KEYS = ("normalize", "prompt_name", "query_prompt", "query_prompt_name", "max_tokens")  # shown when set
+EXTRA_KEYS = ("root", "normalize", "prompt_name", "query_prompt", "query_prompt_name", "max_tokens")  # shown when set
 
 
 @dataclass

@@ -80,7 +80,8 @@ def test_embed_sample_docs_through_the_cli(tmp_path):
     table = ds.dataset(str(out), format="parquet").to_table()
     assert table.num_rows == summary["rows"] > n_files  # the long documents have several chunks
     assert str(table.schema.field("embedding").type) == "fixed_size_list<element: float>[384]"
-    assert table.column_names == ["path", "chunk", "char_start", "char_end", "text", "embedding"]
+    assert table.column_names == ["path", "chunk", "char_start", "char_end", "text", "embedding", "size", "mtime",
+                                  "digest"]
     part = next(out.glob("part-*.parquet"))
     meta = pq.read_schema(part).metadata
     assert meta[b"gpucli.model"] == b"minilm" and meta[b"gpucli.dims"] == b"384"

@@ -153,7 +153,10 @@ def test_embedded_end_to_end_and_rerun_upserts_in_place(tree, tmp_path):
     assert set(by_key) == {("a.txt", 0), ("a.txt", 1), ("a.txt", 2), ("sub/b.txt", 0), ("c.txt", 0), ("c.txt", 1)}
     p = by_key[("a.txt", 1)]
     assert str(p.id) == point_id("a.txt", 1)
+    per_input = {k: p.payload.pop(k) for k in ("size", "mtime", "digest")}
     assert p.payload == {"path": "a.txt", "chunk": 1, "text": "three four five", "words": 3, "model": "fake-model"}
+    assert per_input["size"] == (root / "a.txt").stat().st_size and len(per_input["digest"]) >= 16
+    assert per_input["mtime"].endswith("+00:00")  # ISO 8601, UTC
     unit = np.asarray(p.vector) / np.linalg.norm(p.vector)  # a server stores it normalised, local mode as is
     assert unit == pytest.approx(np.array([5, 4, 4, 0]) / np.linalg.norm([5, 4, 4]), abs=1e-6)
 

@@ -188,4 +188,6 @@ def _plain(value):
         return value.tolist()
     if isinstance(value, (bytes, bytearray)):
         return value.hex()
+    if hasattr(value, "isoformat"):  # `mtime`: ISO 8601 with its UTC offset
+        return value.isoformat()
     raise TypeError(f"cannot write {type(value).__name__} as JSON")

@@ -59,6 +59,27 @@ class ParquetSink(Sink):
             leftover.unlink()  # a part a killed run never finished
         self._schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
         self._next = max((int(m.group(1)) + 1 for m in map(PART.match, os.listdir(self.dir)) if m), default=0)
+        self._widen_first_part()
+
+    def _widen_first_part(self) -> None:
+        """An output written before a column existed (the per-input `size`, `mtime`, `digest`):
+        new parts carry it, and the first part gets it as nulls. Dataset readers (pyarrow,
+        pandas, polars) take the schema of the first file, so they then show the column, null
+        in the older parts, instead of hiding it; the other parts stay as they are."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        parts = self.parts()
+        if not parts:
+            return
+        have = pq.read_schema(parts[0]).names
+        missing = [f for f in self._schema if f.name not in have]
+        if not missing:
+            return
+        table = pq.read_table(parts[0])
+        for f in missing:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+        self._write_atomic(table, parts[0].name)
 
     @property
     def state_dir(self) -> Path:

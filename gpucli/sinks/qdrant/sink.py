@@ -176,6 +176,8 @@ class QdrantSink(Sink):
         rows = table.select(keep).to_pylist()
         for row in rows:
             row["model"] = self.model
+            if row.get("mtime") is not None:  # payloads are JSON: ISO 8601, as in JSON lines
+                row["mtime"] = row["mtime"].isoformat()
         ids = [point_id(row["path"], row["chunk"]) for row in rows]
         return ids, vectors, rows
 

@@ -1,0 +1,77 @@
+"""Per-input columns (issue 14): every row carries its input's `size`, `mtime` and content
+`digest`, the metadata names the input root, and an output written before these columns
+existed keeps working: new parts carry them, dataset readers see nulls in the old rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpucli.config import RunConfig
+from gpucli.pipeline import run
+from gpucli.state import digest
+from tests.fake_task import FAKE
+
+pytestmark = pytest.mark.slow  # each test runs the pipeline (spawned workers)
+
+PER_INPUT = ["size", "mtime", "digest"]
+
+
+def run_fake(root, out: str, **kw):
+    return run(RunConfig(task=FAKE, paths=(str(root),), out=out, progress="off", devices="cpu", **kw))
+
+
+def expected(root, rel: str) -> tuple[int, dt.datetime, str]:
+    path = root / rel
+    st = path.stat()
+    return st.st_size, dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, dt.timezone.utc), digest(path.read_bytes())
+
+
+def test_parquet_rows_carry_size_mtime_and_digest_of_their_input(tree, tmp_path):
+    root = tree({"a.txt": "one two\nthree four\n", "sub/b.txt": "alpha beta gamma\n"})
+    out = tmp_path / "out.parquet"
+    assert run_fake(root, str(out)).exit_code == 0
+    table = pq.read_table(out)
+    assert table.column_names[-3:] == PER_INPUT
+    assert table.schema.field("mtime").type == pa.timestamp("ns", tz="UTC")
+    for row in table.to_pylist():
+        size, mtime, content = expected(root, row["path"])
+        assert (row["size"], row["digest"]) == (size, content)
+        assert abs((row["mtime"] - mtime).total_seconds()) < 1e-3
+    metadata = pq.read_schema(next(out.glob("part-*.parquet"))).metadata
+    assert metadata[b"gpucli.root"].decode() == str(root)
+
+
+def test_jsonl_rows_carry_mtime_as_iso_8601(tree, tmp_path):
+    root = tree({"a.txt": "one two\n"})
+    out = tmp_path / "out.jsonl"
+    assert run_fake(root, str(out)).exit_code == 0
+    row = json.loads(out.read_text().splitlines()[0])
+    size, mtime, content = expected(root, "a.txt")
+    assert (row["size"], row["digest"]) == (size, content)
+    assert abs((dt.datetime.fromisoformat(row["mtime"]) - mtime).total_seconds()) < 1e-3
+
+
+def test_an_output_from_before_the_columns_gains_them_without_full(tree, tmp_path):
+    root = tree({"a.txt": "one two\n", "b.txt": "three four five\n"})
+    out = tmp_path / "out.parquet"
+    assert run_fake(root, str(out)).exit_code == 0
+    for part in out.glob("part-*.parquet"):  # as an older gpucli wrote it: no per-input columns
+        old = pq.read_table(part)
+        pq.write_table(old.drop_columns(PER_INPUT).replace_schema_metadata(old.schema.metadata), part)
+    (root / "c.txt").write_text("six seven\n", encoding="utf-8")
+
+    summary = run_fake(root, str(out))  # incremental, no --full
+    assert (summary.exit_code, summary.succeeded, summary.unchanged) == (0, 1, 2)
+    table = pq.read_table(out)  # what pandas.read_parquet(dir) reads too
+    assert set(PER_INPUT) <= set(table.column_names)
+    rows = {r["path"]: r for r in table.to_pylist()}
+    assert rows["a.txt"]["size"] is None and rows["b.txt"]["digest"] is None
+    assert rows["c.txt"]["size"] == expected(root, "c.txt")[0]
+    frame = __import__("pandas").read_parquet(out)
+    assert frame.set_index("path").loc["c.txt", "digest"] == expected(root, "c.txt")[2]
+    assert frame.set_index("path")["size"].isna().sum() == 2
