@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucli import __version__
+from gpucli import __version__, tables
 from gpucli.batching import WINDOW_BATCHES, BatchCaps
 from gpucli.config import RunConfig
 from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UsageError
@@ -193,6 +193,7 @@ class Job:
     def __init__(self, config: RunConfig, progress: Progress | None = None) -> None:
         self.config = config
         self.task_cls, self.spec = task_and_spec(config)
+        tables.check(config, self.task_cls)  # --from: task, table and columns, before anything is opened
         self.summary = RunSummary(task=self.task_cls.name, model=self.spec.model)
         self.progress = progress or make_progress(config.progress, config.quiet, self.task_cls.name,
                                                   self.task_cls.cost_name)
@@ -214,7 +215,7 @@ class Job:
         quiet_parent_torch()
         self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental,
                              state_dir=getattr(self.config, "state_dir", ""))
-        self.schema, metadata = output_schema(self.task), output_metadata(self.task)
+        self.schema, metadata = tables.output(self.config, output_schema(self.task), output_metadata(self.task))
         self.output.open(self.schema, metadata, output_settings(self.spec, self.task, metadata))
         self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
         for notice in getattr(self.output.sink, "notices", []):
@@ -259,6 +260,9 @@ class Job:
 
     def walk(self, exclude: list[str] | None = None) -> Iterator[Found]:
         """The inputs, at most `--limit` of them (a limited walk is incomplete: it prunes nothing)."""
+        if self.config.from_table:  # texts from a table's rows, one record per row (gpucli/tables.py)
+            found = tables.records(self.config, self.report, self.max_bytes)
+            return _limited(found, self.config.limit) if self.config.limit else found
         flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
         found = walk(list(self.config.paths), flt, self.output.walk_exclusions() if exclude is None else exclude,
                      self.report)
@@ -392,10 +396,8 @@ class Accounts:
         self._arrived(items.source_ids)
 
     def _add_rows(self, table: Any, ids: np.ndarray, index: np.ndarray) -> None:
-        import pyarrow as pa
-
         paths = [self.sources[sid].path if sid in self.sources else "" for sid in ids.tolist()]
-        self.buffer.add(table.add_column(0, "path", pa.array(paths, pa.string())), ids, index)
+        self.buffer.add(tables.with_path(table, paths, self.schema), ids, index)  # `path` (and a record's `id`)
 
     def _arrived(self, ids: np.ndarray) -> None:
         unique, counts = np.unique(ids, return_counts=True)

@@ -22,6 +22,7 @@ from typing import Any
 from gpucli.errors import InputError, UsageError
 from gpucli.records import Failure, Items, Source
 from gpucli.state import digest
+from gpucli.tables import take_text
 
 NON_REGULAR = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
                stat.S_IFBLK: "a block device"}
@@ -318,7 +319,8 @@ def read_chunk(sources: list[Source], task: Any, max_bytes: int, known: dict[str
             chunk.unchanged.append(source)
             continue
         try:
-            data = _read_bytes(source, max_bytes)
+            data = take_text(source)  # a table's record (gpucli/tables.py) carries its text
+            data = _read_bytes(source, max_bytes) if data is None else data
         except InputError as exc:
             chunk.failures.append(Failure(source.path, exc.stage, str(exc)))
             continue
