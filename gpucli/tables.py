@@ -51,6 +51,7 @@ from gpucli.errors import UsageError
 from gpucli.records import Failure, Source
 
 SEP = "//"  # between a table's path and a record's id in a key; never inside a walked path
+REPEAT = "\x00repeat"  # after a key: the ledger's entry for the rows that repeat an id (failure records)
 ID_COLUMN = "id"
 FORMATS = (".parquet", ".csv", ".jsonl", ".ndjson")
 BATCH_ROWS = 4096  # rows per Parquet batch read: what bounds the walk's memory
@@ -80,9 +81,9 @@ def record_key(table: str, record_id: str) -> str:
 
 
 def split_key(key: str) -> tuple[str, str | None]:
-    """(path, id) of a key; a file's path has no id."""
+    """(path, id) of a key (or of a repeated id's key); a file's path has no id."""
     path, sep, record_id = key.partition(SEP)
-    return (path, record_id) if sep else (key, None)
+    return (path, record_id.partition(REPEAT)[0]) if sep else (key, None)
 
 
 def row_key(row: dict[str, Any]) -> str:
@@ -257,7 +258,11 @@ def records(config: Any, report: Any, max_bytes: int) -> Iterator[Any]:
                                                        "(or not a JSON object); every record needs an id"))
             continue
         key = record_key(table, record_id)
-        problem = _problem(text, record_id, seen, config.text_column)
+        if seen.repeated(record_id):  # its own ledger entry: a known failure on reruns of the same table
+            yield Found(failure=Failure(key + REPEAT, "read", f"row {number}: duplicate id: an earlier row has it (only "
+                                        "the first row with an id is used); ids must be unique", -1, mtime_ns))
+            continue
+        problem = _problem(text, config.text_column)
         data = b"" if problem else text.encode("utf-8", "surrogatepass")
         if len(data) > max_bytes:
             problem = (f"the text is {len(data) / 2**20:.1f} MiB, over --max-file-mb {max_bytes / 2**20:g}; "
@@ -285,10 +290,8 @@ def _until_error(rows: Iterator[Any], stopped: list[Exception]) -> Iterator[Any]
         stopped.append(exc)
 
 
-def _problem(text: Any, record_id: str, seen: SeenIds, text_column: str) -> str:
-    """Why a record with an id cannot be embedded ("" when it can)."""
-    if seen.repeated(record_id):
-        return "duplicate id: an earlier row has it (only the first row with an id is used); ids must be unique"
+def _problem(text: Any, text_column: str) -> str:
+    """Why a record's text cannot be embedded ("" when it can)."""
     if text is None:
         return f"the text column {text_column!r} is null"
     if not isinstance(text, str):

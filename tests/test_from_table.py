@@ -128,6 +128,8 @@ def test_a_duplicate_id_is_a_failure_record_and_its_first_row_is_embedded(tmp_pa
     assert all("duplicate id" in f["error"] for f in dups)
     assert sorted((r["id"], r["text"]) for r in read_rows(tmp_path / "out.parquet")) == [("x", "first x"),
                                                                                          ("y", "why")]
+    again = run_table(table, tmp_path / "out.parquet")  # the same table: known failures, not new ones
+    assert (again.failed, again.failed_known, again.unchanged, again.exit_code) == (2, 2, 2, 0)
 
 
 # --- reruns ---------------------------------------------------------------------------------------
