@@ -293,6 +293,19 @@ def test_an_empty_table_is_a_run_that_found_nothing(tmp_path):
     assert run_table(table, tmp_path / "out.parquet", allow_empty=True).exit_code == 0
 
 
+def test_table_options_come_from_flags_the_environment_and_the_config_file(tmp_path):
+    from gpucli.config import build_config
+
+    options = _embed_task().Options
+    (tmp_path / "c.toml").write_text('[embed]\nfrom_table = "f.csv"\ntext_column = "file_col"\nid_column = "key"\n')
+    env = {"GPUCLI_TEXT_COLUMN": "env_col"}
+    config = build_config("embed", options, {"text_column": None}, tmp_path / "c.toml", environ=env)
+    assert (config.from_table, config.paths, config.text_column, config.id_column) == ("f.csv", ("f.csv",), "env_col",
+                                                                                      "key")
+    assert build_config("embed", options, {"text_column": "flag_col"}, tmp_path / "c.toml",
+                        environ=env).text_column == "flag_col"
+
+
 def test_help_shows_from_with_an_example():
     result = runner.invoke(app, ["embed", "--help"], terminal_width=200)
     assert "--from PATH" in result.output and "GPUCLI_FROM_TABLE" in result.output
