@@ -51,7 +51,7 @@ EXIT_BROKEN_PIPE = 128 + 13  # what a C tool killed by SIGPIPE exits with (`set 
 
 # Click's placeholders for option values, by Python type; flags take none.
 METAVARS: dict[Any, str] = {str: "TEXT", int: "INTEGER", float: "FLOAT", Path: "PATH", list[str]: "TEXT"}
-METAVAR_OVERRIDES = {"out": "PATH|URL", "state_dir": "PATH"}
+METAVAR_OVERRIDES = {"out": "PATH|URL", "state_dir": "PATH", "from_table": "PATH"}
 
 # name -> (python type, flag declarations, help). Every default is None: "not given on the
 # command line", so the environment and the config file can fill it (see config.py).
@@ -96,6 +96,14 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("state_dir", str, ("--state-dir",), "Where a Qdrant server output keeps its ledger, lock and failures "
                                          "file: DIR/qdrant/HOST_PORT/COLLECTION (default: $XDG_STATE_HOME/gpucli, "
                                          "else ~/.local/state/gpucli). Other outputs keep them beside themselves."),
+]
+
+# Only for tasks that read texts from a table (`reads_tables`: embed); see gpucli/tables.py.
+TABLE_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
+    ("from_table", str, ("--from",), "Embed the rows of a table (.parquet, .csv or .jsonl) instead of files: one "
+                                     "input per row, rows keyed by --id-column, no PATH arguments."),
+    ("text_column", str, ("--text-column",), "With --from: the column holding each record's text (default: text)."),
+    ("id_column", str, ("--id-column",), "With --from: the column holding each record's unique id (default: id)."),
 ]
 
 
@@ -166,9 +174,12 @@ def _make_command(task_cls: type):
     params = [
         inspect.Parameter("paths", inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[Optional[list[str]], typer.Argument(
-                              help="Files and directories to read (directories are walked).", show_default=False,
+                              help="Files and directories to read (directories are walked)." + (
+                                  " None with --from." if getattr(task_cls, "reads_tables", False) else ""),
+                              show_default=False,
                               metavar="PATH...")]),
         *[_option(*spec) for spec in COMMON_OPTIONS],
+        *[_option(*spec) for spec in (TABLE_OPTIONS if getattr(task_cls, "reads_tables", False) else [])],
         inspect.Parameter("incremental", inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[Optional[bool], typer.Option(
                               "--incremental/--full", show_default=False,

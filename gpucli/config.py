@@ -28,7 +28,7 @@ class RunConfig:
     """Everything a run needs; built once, validated on construction."""
 
     task: str
-    paths: tuple[str, ...]
+    paths: tuple[str, ...] = ()
     out: str = ""
     model: str = ""
     revision: str = ""  # a Hugging Face branch, tag or commit of --model ("" = the default branch)
@@ -63,13 +63,23 @@ class RunConfig:
     allow_empty: bool = False  # a run that finds no input at all exits 0 instead of 3
     setup_timeout_s: float = 900.0  # a worker still loading its model after this is killed (a death)
     max_restarts: int = 16
+    from_table: str = ""  # --from: texts from the rows of a table instead of files (gpucli/tables.py)
+    text_column: str = "text"
+    id_column: str = "id"
     task_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.prune_all:
             object.__setattr__(self, "prune", True)
+        if self.from_table:
+            _check(not self.paths or tuple(self.paths) == (self.from_table,),
+                   "--from reads its records from one table: give no PATH arguments with it (files and tables "
+                   "go to separate outputs)")
+            object.__setattr__(self, "paths", (self.from_table,))  # the walk's root: `path` is relative to it
+            _check(bool(self.text_column) and bool(self.id_column) and self.text_column != self.id_column,
+                   "--text-column and --id-column must name two different columns")
         if not self.paths:
-            raise UsageError("give at least one file or directory to read")
+            raise UsageError("give at least one file or directory to read (or --from TABLE)")
         _check(self.progress in PROGRESS_MODES, f"--progress must be one of {', '.join(PROGRESS_MODES)}")
         _check(self.dtype in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}")
         _check(self.engine in ENGINES, f"--engine must be one of {', '.join(ENGINES)}")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucli import __version__
+from gpucli import __version__, tables
 from gpucli.batching import WINDOW_BATCHES, BatchCaps
 from gpucli.config import RunConfig
 from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UsageError
@@ -221,6 +221,7 @@ class Job:
     def __init__(self, config: RunConfig, progress: Progress | None = None) -> None:
         self.config = config
         self.task_cls, self.spec = task_and_spec(config)
+        tables.check(config, self.task_cls)  # --from: task, table and columns, before anything is opened
         self.summary = RunSummary(task=self.task_cls.name, model=self.spec.model)
         self.progress = progress or make_progress(config.progress, config.quiet, self.task_cls.name,
                                                   self.task_cls.cost_name)
@@ -242,9 +243,10 @@ class Job:
         quiet_parent_torch()
         self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental,
                              state_dir=getattr(self.config, "state_dir", ""))
-        self.schema, metadata = output_schema(self.task), output_metadata(self.task)
+        self.schema, metadata = tables.output(self.config, output_schema(self.task), output_metadata(self.task))
         settings = output_settings(self.spec, self.task, metadata)
-        metadata["gpucli.root"] = input_root(self.config.paths)  # descriptive: not part of the settings
+        roots = self.config.paths or ((self.config.from_table,) if self.config.from_table else ())
+        metadata["gpucli.root"] = input_root(roots)  # descriptive: not part of the settings
         self.output.open(self.schema, metadata, settings)
         self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
         for notice in getattr(self.output.sink, "notices", []):
@@ -289,6 +291,9 @@ class Job:
 
     def walk(self, exclude: list[str] | None = None) -> Iterator[Found]:
         """The inputs, at most `--limit` of them (a limited walk is incomplete: it prunes nothing)."""
+        if self.config.from_table:  # texts from a table's rows, one record per row (gpucli/tables.py)
+            found = tables.records(self.config, self.report, self.max_bytes)
+            return _limited(found, self.config.limit) if self.config.limit else found
         flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
         found = walk(list(self.config.paths), flt, self.output.walk_exclusions() if exclude is None else exclude,
                      self.report)
@@ -422,13 +427,11 @@ class Accounts:
         self._arrived(items.source_ids)
 
     def _add_rows(self, table: Any, ids: np.ndarray, index: np.ndarray) -> None:
-        import pyarrow as pa
-
         gone = Source(-1, "", "")  # an input that failed meanwhile: its rows are dropped at the part
         sources = [self.sources.get(sid, gone) for sid in ids.tolist()]
-        table = table.add_column(0, "path", pa.array([s.path for s in sources], pa.string()))
-        for field, column in zip(input_fields(), input_columns(sources)):
-            table = table.append_column(field, column)
+        table = tables.with_path(table, [s.path for s in sources], self.schema)  # `path` (and a record's `id`)
+        for name, column in zip(input_fields(), input_columns(sources)):
+            table = table.append_column(name, column)
         self.buffer.add(table, ids, index)
 
     def _arrived(self, ids: np.ndarray) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from gpucli.config import RunConfig
 from gpucli.core import Job, RunSummary
 from gpucli.sinks import open_sink
+from gpucli.tables import split_key
 
 
 def dry_run(config: RunConfig) -> RunSummary:
@@ -49,7 +50,9 @@ def dry_run(config: RunConfig) -> RunSummary:
 
 
 def _say(path: str, action: str, reason: str) -> None:
-    print(json.dumps({"path": path, "action": action, "reason": reason}, ensure_ascii=False), flush=True)
+    path, record_id = split_key(path)  # a table's record (embed --from): `path` and `id`
+    where = {"path": path} if record_id is None else {"path": path, "id": record_id}
+    print(json.dumps({**where, "action": action, "reason": reason}, ensure_ascii=False), flush=True)
 
 
 class _Ledger:

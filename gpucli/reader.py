@@ -22,6 +22,7 @@ from typing import Any
 from gpucli.errors import InputError, UsageError
 from gpucli.records import Failure, Items, Source
 from gpucli.state import digest
+from gpucli.tables import Record, take_text
 
 NON_REGULAR = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
                stat.S_IFBLK: "a block device"}
@@ -354,7 +355,8 @@ def read_chunk(sources: list[Source], task: Any, max_bytes: int, known: dict[str
             chunk.unchanged.append(source)
             continue
         try:
-            data = _read_bytes(source, max_bytes)
+            data = take_text(source)  # a table's record (gpucli/tables.py) carries its text
+            data = _read_bytes(source, max_bytes) if data is None else data
         except InputError as exc:
             chunk.failures.append(Failure(source.path, exc.stage, str(exc)))
             continue
@@ -584,12 +586,14 @@ class _SentSources:
 
     @staticmethod
     def of(sources: list[Source]) -> _SentSources:
-        return _SentSources(tuple(zip(*[(s.id, s.path, s.abspath, s.size, s.mtime_ns, s.dev, s.ino)
+        """The columns, a table record's text included (taken out of the parent's record)."""
+        return _SentSources(tuple(zip(*[(s.id, s.path, s.abspath, s.size, s.mtime_ns, s.dev, s.ino, take_text(s))
                                         for s in sources])))
 
     def sources(self) -> list[Source]:
-        return [Source(i, path, abspath, size, mtime, "", dev, ino)
-                for i, path, abspath, size, mtime, dev, ino in zip(*self.columns)]
+        return [Source(i, path, abspath, size, mtime, "", dev, ino) if text is None
+                else Record(i, path, abspath, size, mtime, "", dev, ino, text)
+                for i, path, abspath, size, mtime, dev, ino, text in zip(*self.columns)]
 
 
 @dataclass(slots=True)
@@ -611,7 +615,7 @@ class _ReadBack:
                          [position[s.id] for s in chunk.unchanged], [s.digest for s in sources], chunk.found)
 
     def chunk(self, sources: list[Source]) -> ReadChunk:
-        for source, digest in zip(sources, self.digests):
-            source.digest = digest
+        for source, content_digest in zip(sources, self.digests):
+            source.digest = content_digest
         return ReadChunk([sources[i] for i in self.running], self.block, self.failures,
                          [sources[i] for i in self.unchanged], self.found)

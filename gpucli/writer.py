@@ -31,7 +31,9 @@ class FailureLog:
         self._file = open(self.path, "w", encoding="utf-8")
 
     def add(self, failure: Failure) -> None:
-        self._file.write(json.dumps(failure.to_dict(), ensure_ascii=False) + "\n")
+        from gpucli.tables import shown  # a table's record: `path` and `id`
+
+        self._file.write(json.dumps(shown(failure), ensure_ascii=False) + "\n")
         self._file.flush()
 
     def close(self) -> None:

@@ -41,6 +41,7 @@ class FakeTask(Task):
     help = "test task"
     suffixes = (".txt",)
     Options = FakeOptions
+    reads_tables = True  # --from TABLE (gpucli/tables.py)
     default_model = "fake-model"
     cost_name = "words"
     default_batch_size = 8
@@ -93,7 +94,8 @@ class FakeTask(Task):
         cost = sum(max(1, len(p.split())) for p in payloads)
         if self.options.batch_log:
             with open(self.options.batch_log, "a") as f:
-                f.write(json.dumps({"size": len(payloads), "cost": cost, "pid": self.pid}) + "\n")
+                f.write(json.dumps({"size": len(payloads), "cost": cost, "pid": self.pid, "texts": list(payloads)})
+                        + "\n")
         if any("CRASH" in p for p in payloads):
             os._exit(3)
         if any("BOOM" in p for p in payloads):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpucli.errors import UsageError
 from gpucli.sinks.base import Sink
+from gpucli.tables import row_keys
 
 PART = re.compile(r"^part-(\d+)\.parquet$")
 
@@ -133,7 +134,8 @@ class ParquetSink(Sink):
             if not part.exists():
                 continue
             table = pq.read_table(part)
-            keep = table.filter(pc.invert(pc.is_in(table.column("path"), value_set=_array(paths))))
+            keys = row_keys(table)  # `path`, or a table's record's `path//id` (gpucli/tables.py)
+            keep = table.filter(pc.invert(pc.is_in(keys, value_set=_array(paths))))
             if keep.num_rows == table.num_rows:
                 continue
             if keep.num_rows == 0:

@@ -109,10 +109,12 @@ class EmbedTask(Task):
   gpucli embed ./docs                              # -> embed.parquet/ with the default model
   gpucli embed ./docs --out vectors.jsonl --json   # JSON lines, summary as JSON on stdout
   gpucli embed ./docs --model BAAI/bge-small-en-v1.5 --devices cuda:0,1
-  gpucli embed a.txt b.md --include '*.md' --chunk-tokens 128"""
+  gpucli embed a.txt b.md --include '*.md' --chunk-tokens 128
+  gpucli embed --from posts.parquet --text-column body --id-column id   # one input per row"""
     suffixes = (".txt", ".md", ".markdown", ".rst", ".text", ".csv", ".tsv", ".json", ".jsonl", ".html", ".htm",
                 ".xml", ".tex", ".log", ".py", ".org", ".adoc")
     Options = EmbedOptions
+    reads_tables = True  # --from TABLE: texts from a table's rows (gpucli/tables.py)
     default_model = "minilm"
     cost_name = "tokens"
     default_batch_size = 64

@@ -25,6 +25,7 @@ from gpucli.sinks.qdrant import state_dir as places
 from gpucli.sinks.qdrant.connection import Connection
 from gpucli.sinks.qdrant.embedded import group_commits
 from gpucli.sinks.qdrant.target import is_qdrant, parse_target
+from gpucli.tables import qdrant_conditions, qdrant_filters, row_key, row_keys
 
 # Fixed forever: changing it would change every point id and duplicate every collection.
 NAMESPACE = uuid.UUID("6f1c3a0e-8d2b-5b7e-9a41-3c5d2e7f9b10")
@@ -178,7 +179,7 @@ class QdrantSink(Sink):
             row["model"] = self.model
             if row.get("mtime") is not None:  # payloads are JSON: ISO 8601, as in JSON lines
                 row["mtime"] = row["mtime"].isoformat()
-        ids = [point_id(row["path"], row["chunk"]) for row in rows]
+        ids = [point_id(row_key(row), row["chunk"]) for row in rows]  # a table's record: uuid5 of table//id, chunk
         return ids, vectors, rows
 
     def _remove_stale(self, counts: dict[str, int]) -> None:
@@ -198,7 +199,7 @@ class QdrantSink(Sink):
             shrunk.extend(path for path, pid in group if pid in present)
         for path in shrunk:
             selector = models.FilterSelector(filter=models.Filter(must=[
-                models.FieldCondition(key="path", match=models.MatchValue(value=path)),
+                *qdrant_conditions(path),  # path, and a table's record's id
                 models.FieldCondition(key="chunk", range=models.Range(gte=counts[path])),
             ]))
             self.conn.call("deleting stale chunks",
@@ -224,10 +225,8 @@ class QdrantSink(Sink):
 
         name, client = self.parsed.collection, self.conn.client
         paths = sorted(set().union(*stale.values())) if stale else []
-        for start in range(0, len(paths), 256):
-            group = paths[start:start + 256]
-            selector = models.FilterSelector(filter=models.Filter(must=[
-                models.FieldCondition(key="path", match=models.MatchAny(any=group))]))
+        for selected in qdrant_filters(paths):  # files by path, a table's records by path and id
+            selector = models.FilterSelector(filter=selected)
             self.conn.call("deleting points of removed files",
                            lambda s=selector: client.delete(name, points_selector=s, wait=True))
         self._sync()
@@ -240,9 +239,9 @@ class QdrantSink(Sink):
 
 
 def chunk_counts(table) -> dict[str, int]:
-    """path -> number of chunks this write holds for it (max chunk + 1)."""
+    """path (a table's record: path//id) -> number of chunks this write holds for it (max chunk + 1)."""
     counts: dict[str, int] = {}
-    for path, chunk in zip(table.column("path").to_pylist(), table.column("chunk").to_pylist()):
+    for path, chunk in zip(row_keys(table).to_pylist(), table.column("chunk").to_pylist()):
         counts[path] = max(counts.get(path, 0), int(chunk) + 1)
     return counts
 

@@ -1,0 +1,384 @@
+"""Texts from a table: `gpucli embed --from data.parquet|data.csv|data.jsonl --text-column body --id-column id`.
+
+Each row of the table is one input, a *record*, that goes through the same core as a file:
+the walk yields it as a `Record` (a `Source` whose text travels with it, so the reader opens
+no file), the task prepares and chunks it as it would a file's bytes, and the ledger keeps
+it as any input. What makes a record different is its key:
+
+* **Key.** A record's `Source.path` is `TABLE//ID`: the table's path (relative as for files)
+  and the record's id, joined by `//`, which no walked path ever holds (paths are normalised).
+  So records never collide with files, the ledger, the prune and the attempts table key
+  them without a change, and `--prune` sees a record as an entry "under" its table
+  (`WalkReport.may_prune`): it removes only records of the table read in this run, and only
+  after the whole table was read.
+* **Rows.** Rows carry `path` = the table's path and a separate `id` column (text: an integer
+  id 42 is written "42"); the key is split again where rows are made (`with_path`), and
+  rebuilt from rows where a sink removes the rows of a key (`row_keys`, `row_key`).
+  The `id` column exists only in the outputs of `--from` runs, whose metadata says
+  `gpucli.input = table`: that is part of the output's settings, so files and tables never
+  mix in one output (a Parquet dataset keeps one schema).
+* **Incremental.** size = the text's UTF-8 length, mtime = the table file's mtime, digest =
+  the text's digest: when the table is rewritten, every record is compared by digest, and
+  only new or changed texts are embedded again (a changed one's old rows are replaced as a
+  changed file's are).
+* **Qdrant.** Point ids are uuid5 of `TABLE//ID` NUL chunk (`sinks.qdrant.point_id` of the key).
+
+Reading is streamed, with memory bounded by one batch: Parquet through
+`ParquetFile.iter_batches` (only the two columns), CSV through `pyarrow.csv.open_csv`, JSON
+lines line by line. Duplicate ids are found with 8 bytes per record (`SeenIds`), not a set
+of strings.
+
+Decisions (see README): a missing column is exit 2 naming the columns there are; a record
+whose text is null or not a string, or whose id is null, is one failure record; a duplicate
+id is one failure record per repeat (the first row with the id is embedded); `--from`
+takes no PATH arguments (exit 2), runs on the local engine only, and is for text tasks
+(embed; classify and transcribe exit 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpucli.errors import UsageError
+from gpucli.records import Failure, Source
+
+SEP = "//"  # between a table's path and a record's id in a key; never inside a walked path
+REPEAT = "\x00repeat"  # after a key: the ledger's entry for the rows that repeat an id (failure records)
+ID_COLUMN = "id"
+FORMATS = (".parquet", ".csv", ".jsonl", ".ndjson")
+BATCH_ROWS = 4096  # rows per Parquet batch read: what bounds the walk's memory
+CSV_BLOCK_BYTES = 1 << 20  # bytes per CSV block read (the same bound for CSV)
+
+
+@dataclass(slots=True)
+class Record(Source):
+    """One row of a table as an input: its text's bytes travel here (see read_chunk)."""
+
+    data: bytes = b""
+
+
+def take_text(source: Source) -> bytes | None:
+    """A record's text, taken out of it (None for a file): the rows of a record wait in the
+    parent until they are durable, and its text need not wait with them."""
+    if not isinstance(source, Record):
+        return None
+    data, source.data = source.data, b""
+    return data
+
+
+# --- keys -------------------------------------------------------------------------------------
+
+def record_key(table: str, record_id: str) -> str:
+    return f"{table}{SEP}{record_id}"
+
+
+def split_key(key: str) -> tuple[str, str | None]:
+    """(path, id) of a key (or of a repeated id's key); a file's path has no id."""
+    path, sep, record_id = key.partition(SEP)
+    return (path, record_id.partition(REPEAT)[0]) if sep else (key, None)
+
+
+def row_key(row: dict[str, Any]) -> str:
+    """The key of one output row (a dict with `path`, and `id` for a record)."""
+    record_id = row.get(ID_COLUMN)
+    return row["path"] if record_id is None else record_key(row["path"], record_id)
+
+
+def row_keys(table: Any) -> Any:
+    """The key of each row of an Arrow table: `path`, or `path//id` where `id` is set."""
+    import pyarrow.compute as pc
+
+    path = table.column("path")
+    if ID_COLUMN not in table.column_names:
+        return path
+    return pc.coalesce(pc.binary_join_element_wise(path, table.column(ID_COLUMN), SEP), path)
+
+
+def with_path(table: Any, keys: list[str], schema: Any) -> Any:
+    """A batch's rows with `path` first and, for records (`id` in the schema), `id` second."""
+    import pyarrow as pa
+
+    if ID_COLUMN not in schema.names:
+        return table.add_column(0, "path", pa.array(keys, pa.string()))
+    paths, ids = zip(*map(split_key, keys)) if keys else ((), ())
+    table = table.add_column(0, "path", pa.array(paths, pa.string()))
+    return table.add_column(1, ID_COLUMN, pa.array(ids, pa.string()))
+
+
+def shown(failure: Failure) -> dict[str, Any]:
+    """A failure record as the failures file shows it: a record's as `path` + `id`."""
+    data = failure.to_dict()
+    path, record_id = split_key(failure.path)
+    if record_id is not None:
+        data = {"path": path, ID_COLUMN: record_id, **{k: v for k, v in data.items() if k != "path"}}
+    return data
+
+
+def qdrant_filters(keys: list[str], group: int = 256) -> Iterator[Any]:
+    """Filters that select every point of these keys: files by path, records by path and id."""
+    from qdrant_client import models
+
+    files = sorted(k for k in keys if SEP not in k)
+    by_table: dict[str, list[str]] = {}
+    for path, record_id in (split_key(k) for k in keys if SEP in k):
+        by_table.setdefault(path, []).append(record_id)
+    for start in range(0, len(files), group):
+        yield models.Filter(must=[models.FieldCondition(key="path", match=models.MatchAny(any=files[start:start + group]))])
+    for path, ids in sorted(by_table.items()):
+        ids.sort()
+        for start in range(0, len(ids), group):
+            yield models.Filter(must=[_match("path", path), models.FieldCondition(
+                key=ID_COLUMN, match=models.MatchAny(any=ids[start:start + group]))])
+
+
+def qdrant_conditions(key: str) -> list[Any]:
+    """Conditions that select the points of one key."""
+    path, record_id = split_key(key)
+    return [_match("path", path)] + ([_match(ID_COLUMN, record_id)] if record_id is not None else [])
+
+
+def _match(field: str, value: str) -> Any:
+    from qdrant_client import models
+
+    return models.FieldCondition(key=field, match=models.MatchValue(value=value))
+
+
+# --- the run's set-up -------------------------------------------------------------------------
+
+def check(config: Any, task_cls: type) -> None:
+    """Before anything is opened: the task, the engine, the table's format and its columns
+    (exit 2 with what to do)."""
+    if not config.from_table:
+        return
+    if not getattr(task_cls, "reads_tables", False):
+        raise UsageError(f"--from is for text tasks (gpucli embed); {task_cls.name} reads files: give PATH arguments")
+    if config.engine != "local":
+        raise UsageError("--from runs on the local engine only; drop --engine ray")
+    path = config.from_table
+    if not os.path.isfile(path):
+        raise UsageError(f"--from {path}: no such file" if not os.path.lexists(path) else f"--from {path}: not a file")
+    columns = table_columns(path)
+    if columns is None:
+        return  # an empty JSON lines file: a run that finds no input (exit 3 unless --allow-empty)
+    for flag, name in (("--text-column", config.text_column), ("--id-column", config.id_column)):
+        if name not in columns:
+            raise UsageError(f"--from {path}: no column {name!r} ({flag}); its columns are: {', '.join(columns)}")
+
+
+def output(config: Any, schema: Any, metadata: dict[str, str]) -> tuple[Any, dict[str, str]]:
+    """A --from run's schema (`id` after `path`) and metadata (`gpucli.input`, part of the settings)."""
+    import pyarrow as pa
+
+    if not config.from_table:
+        return schema, metadata
+    schema = schema.insert(1, pa.field(ID_COLUMN, pa.string()))
+    return schema, {**metadata, "gpucli.input": "table", "gpucli.text_column": config.text_column,
+                    "gpucli.id_column": config.id_column}
+
+
+def _format(path: str) -> str:
+    lower = path.lower()
+    for suffix in FORMATS:
+        if lower.endswith(suffix):
+            return "jsonl" if suffix == ".ndjson" else suffix[1:]
+    raise UsageError(f"--from {path}: not a table gpucli reads; name it *.parquet, *.csv or *.jsonl")
+
+
+def table_columns(path: str) -> list[str] | None:
+    """The column names, from the Parquet footer, the CSV header or the first JSON line (None
+    for a JSON lines file without any)."""
+    kind = _format(path)
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return list(pq.ParquetFile(path).schema_arrow.names)
+        if kind == "csv":
+            reader = _open_csv(path, None)
+            try:
+                return list(reader.schema.names)
+            finally:
+                reader.close()
+        return _first_json_keys(path)
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any reader's error: the table cannot be used
+        raise UsageError(f"--from {path}: cannot read it as {kind}: {exc}") from None
+
+
+def _first_json_keys(path: str) -> list[str] | None:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise UsageError(f"--from {path}: its first line is not a JSON object")
+                return list(row)
+    return None
+
+
+def _open_csv(path: str, columns: tuple[str, str] | None):
+    """A streaming CSV reader; with `columns` (text, id), only those, both as text (no type guessing:
+    an id 007 stays "007", a numeric body stays text)."""
+    import pyarrow as pa
+    from pyarrow import csv
+
+    convert = csv.ConvertOptions(include_columns=list(columns), column_types={c: pa.string() for c in columns},
+                                 strings_can_be_null=False) if columns else None
+    return csv.open_csv(path, read_options=csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                        parse_options=csv.ParseOptions(newlines_in_values=True), convert_options=convert)
+
+
+# --- the walk -----------------------------------------------------------------------------------
+
+def records(config: Any, report: Any, max_bytes: int) -> Iterator[Any]:
+    """The table's records as the walk's `Found`s (a Record, or a failure record), numbered
+    from 0; fills `report` as a walk does, so that --prune removes only this table's records
+    that its whole read did not find."""
+    from gpucli.reader import Found, _rel, common_base
+
+    abspath = os.path.abspath(config.from_table)
+    table = _rel(abspath, common_base([Path(abspath)]))
+    report.roots.append(table)
+    mtime_ns = os.stat(abspath).st_mtime_ns
+    seen, next_id, stopped = SeenIds(), 0, []
+    rows = _until_error(_rows(abspath, config.text_column, config.id_column), stopped)
+    number = 0
+    for number, (text, record_id) in enumerate(rows, 1):
+        if record_id is None or record_id == "":  # no key: the failure is the table's
+            yield Found(failure=Failure(table, "read", f"row {number}: no id in the column {config.id_column!r} "
+                                                       "(or not a JSON object); every record needs an id"))
+            continue
+        key = record_key(table, record_id)
+        if seen.repeated(record_id):  # its own ledger entry: a known failure on reruns of the same table
+            yield Found(failure=Failure(key + REPEAT, "read", f"row {number}: duplicate id: an earlier row has it (only "
+                                        "the first row with an id is used); ids must be unique", -1, mtime_ns))
+            continue
+        problem = _problem(text, config.text_column)
+        data = b"" if problem else text.encode("utf-8", "surrogatepass")
+        if len(data) > max_bytes:
+            problem = (f"the text is {len(data) / 2**20:.1f} MiB, over --max-file-mb {max_bytes / 2**20:g}; "
+                       "raise the limit to embed it")
+        if problem:
+            yield Found(failure=Failure(key, "read", f"row {number}: {problem}", -1, mtime_ns))
+            continue
+        yield Found(source=Record(id=next_id, path=key, abspath=abspath, size=len(data), mtime_ns=mtime_ns, data=data))
+        next_id += 1
+    if stopped:  # the read did not finish: the walk is incomplete, and --prune removes nothing
+        yield Found(failure=Failure(table, "read", f"the table could not be read past row {number}: {stopped[0]}; "
+                                                   "the rows before were read, and nothing is pruned"))
+        return
+    if not seen.count:
+        report.empty_roots.append(table)
+    report.complete = True
+
+
+def _until_error(rows: Iterator[Any], stopped: list[Exception]) -> Iterator[Any]:
+    """The rows until the reader fails (a malformed CSV line, a truncated Parquet file); the
+    error goes to `stopped`. Errors of the caller's own loop are not caught here."""
+    try:
+        yield from rows
+    except Exception as exc:  # noqa: BLE001 - any reader's error ends the table, not the run
+        stopped.append(exc)
+
+
+def _problem(text: Any, text_column: str) -> str:
+    """Why a record's text cannot be embedded ("" when it can)."""
+    if text is None:
+        return f"the text column {text_column!r} is null"
+    if not isinstance(text, str):
+        return f"the text column {text_column!r} holds {type(text).__name__}, not text"
+    return ""
+
+
+def _rows(path: str, text_column: str, id_column: str) -> Iterator[tuple[Any, Any]]:
+    """(text, id as text or None) per row, streamed."""
+    kind = _format(path)
+    if kind == "jsonl":
+        yield from _jsonl_rows(path, text_column, id_column)
+        return
+    for batch in _arrow_batches(path, kind, text_column, id_column):
+        texts = batch.column(0)
+        ids = _ids_as_text(batch.column(1))
+        yield from zip(texts.to_pylist(), ids.to_pylist())
+
+
+def _arrow_batches(path: str, kind: str, text_column: str, id_column: str) -> Iterator[Any]:
+    """Record batches of the two columns (text first), one batch in memory at a time."""
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        with pq.ParquetFile(path) as parquet:
+            yield from parquet.iter_batches(batch_size=BATCH_ROWS, columns=[text_column, id_column])
+        return
+    reader = _open_csv(path, (text_column, id_column))
+    try:
+        for batch in reader:
+            yield batch.select([text_column, id_column])
+    finally:
+        reader.close()
+
+
+def _ids_as_text(column: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return column if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) else pc.cast(column, pa.string())
+
+
+def _jsonl_rows(path: str, text_column: str, id_column: str) -> Iterator[tuple[Any, Any]]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                row = None
+            if not isinstance(row, dict):
+                yield None, None  # no id: a failure record naming the row
+                continue
+            record_id = row.get(id_column)
+            yield row.get(text_column), None if record_id is None else _id_text(record_id)
+
+
+def _id_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as Arrow casts it
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+class SeenIds:
+    """Which ids a read has met, in 8 bytes per id (a 64-bit hash in sorted numpy runs), not a
+    set of strings: a table of 10 million records costs 80 MB here, not a gigabyte. Two ids
+    with the same 64-bit hash (about 1 in 10**11 for a million ids) would read as a duplicate."""
+
+    def __init__(self, merge_at: int = 1 << 16) -> None:
+        self.sorted = np.empty(0, dtype=np.uint64)
+        self.recent: set[int] = set()
+        self.merge_at = merge_at
+        self.count = 0
+
+    def repeated(self, record_id: str) -> bool:
+        """Whether the id was met before; remembers it."""
+        h = int.from_bytes(hashlib.blake2b(record_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+        if h in self.recent or self._in_sorted(h):
+            return True
+        self.recent.add(h)
+        self.count += 1
+        if len(self.recent) >= self.merge_at:
+            self.sorted = np.union1d(self.sorted, np.fromiter(self.recent, np.uint64, len(self.recent)))
+            self.recent.clear()
+        return False
+
+    def _in_sorted(self, h: int) -> bool:
+        i = int(np.searchsorted(self.sorted, np.uint64(h)))
+        return i < len(self.sorted) and int(self.sorted[i]) == h
