@@ -42,6 +42,7 @@ from gpucli.progress import Progress
 from gpucli.reader import read_chunks
 from gpucli.records import Batch
 from gpucli.recovery import caps_after_oom
+from gpucli.signals import LoopSignals
 from gpucli.writer import Writer
 
 STOP_DEADLINE_S = 10.0  # from a signal to the exit, whatever is running
@@ -61,6 +62,7 @@ class Pipeline:
         self.signal_received = 0  # the signal number that asked this run to stop; 0 = running
         self.deadline = float("inf")  # time.monotonic() by which the run has exited, after a signal
         self.stop_event = asyncio.Event()
+        self.signals = LoopSignals()
         self.pool: WorkerPool | None = None
         self.writer: Writer | None = None
         self.queue: BlockQueue | None = None
@@ -74,7 +76,7 @@ class Pipeline:
 
     # --- the run ----------------------------------------------------------------------------
     async def run(self) -> RunSummary:
-        self._install_signals()
+        self.signals.install(self._on_signal)
         gc.freeze()  # modules and models loaded so far never die: full collections skip them (halves the pauses)
         try:
             await asyncio.to_thread(self.job.open)
@@ -83,7 +85,7 @@ class Pipeline:
             else:
                 self.job.close(written=True)
         finally:
-            self._remove_signals()
+            self.signals.restore()
             gc.unfreeze()  # a process that runs again (tests, a library user) collects this run's objects
         return self.job.finish(self.signal_received, self.pool.infer_s if self.pool else 0.0,
                                self.batcher.waited_s if self.queue else 0.0,
@@ -246,7 +248,7 @@ class Pipeline:
             self.progress.log(f"out of memory {self._oom_events} times: batch size lowered to {caps.max_items}"
                               f"{f', cost cap to {caps.max_cost}' if caps.max_cost else ''} for this run")
 
-    # --- progress and signals ---------------------------------------------------------------
+    # --- progress and stop signals ---------------------------------------------------------------
     async def _tick(self) -> None:
         while True:
             counts = self.job.accounts.counts_now()
@@ -254,24 +256,6 @@ class Pipeline:
             counts.in_flight = self.pool.in_flight_count() if self.pool else 0
             self.progress.update(counts)
             await asyncio.sleep(0.25)
-
-    def _install_signals(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                previous = signal.getsignal(sig)
-                loop.add_signal_handler(sig, self._on_signal, sig)
-                self._previous[sig] = previous
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass  # not the main thread (tests drive the pipeline from threads)
-
-    def _remove_signals(self) -> None:
-        """Give the signals back to whoever had them (the CLI's own handlers), not to SIG_DFL."""
-        loop = asyncio.get_running_loop()
-        for sig, previous in self._previous.items():
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
 
     def _on_signal(self, sig: int) -> None:
         if self.signal_received:
