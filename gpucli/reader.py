@@ -474,18 +474,29 @@ async def read_chunks(
 
     pending: set[asyncio.Task] = set()
     done_walking = False
-    while not done_walking or pending:
-        while not done_walking and len(pending) < in_flight:
-            sources, failures, done_walking = await asyncio.to_thread(next_sources)
-            if failures:
-                yield ReadChunk(failures=failures, found=len(failures))
-            if sources:
-                pending.add(asyncio.ensure_future(asyncio.to_thread(read, sources)))
-        if not pending:
-            break
-        finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for done in finished:
-            yield done.result()
+    try:
+        while not done_walking or pending:
+            while not done_walking and len(pending) < in_flight:
+                sources, failures, done_walking = await asyncio.to_thread(next_sources)
+                if failures:
+                    yield ReadChunk(failures=failures, found=len(failures))
+                if sources:
+                    pending.add(asyncio.ensure_future(asyncio.to_thread(read, sources)))
+            if not pending:
+                break
+            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for done in finished:
+                yield done.result()
+    finally:  # stopped, or one chunk failed the run: the others' outcomes no longer matter
+        for task in pending:
+            task.cancel()
+            task.add_done_callback(_quiet)
+
+
+def _quiet(task: asyncio.Future) -> None:
+    """Retrieve an abandoned read's outcome, so asyncio logs no 'exception never retrieved'."""
+    if not task.cancelled():
+        task.exception()
 
 
 CHUNK_BYTES = 8 << 20  # a read chunk ends at `chunk_files` files or this many bytes of them
