@@ -26,11 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import coldstart, embed_cpu, external, host, memory, overlap  # noqa: E402
+from benchmarks import coldstart, embed_cpu, external, host, host_ray, memory, overlap  # noqa: E402
 from benchmarks.common import Context, Figure, cpu_pressure, git_commit, machine  # noqa: E402
 
 BENCHMARKS = {
     "host": host.run,
+    "host-ray": host_ray.run,
     "overlap": overlap.run,
     "embed": embed_cpu.run,
     "memory": memory.run,
