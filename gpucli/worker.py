@@ -165,9 +165,13 @@ def limit_threads(threads: int) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    # OMP_WAIT_POLICY stays libgomp's default (spin briefly, then sleep). Measured on embed,
-    # 2 cores: PASSIVE was 10% slower (a wake-up per parallel region), ACTIVE 2.8x slower
-    # (threads spinning forever starve the worker's own Python threads and the parent).
+    # OpenMP threads sleep as soon as a parallel region ends (unless the user says otherwise).
+    # libgomp's default spins ~300k iterations first, which pays on an idle machine and costs
+    # dearly on a shared one: a worker's cores are shared with the parent's reader processes
+    # and writer (and, on cron boxes, with other jobs). Measured, 100k one-sentence files with a
+    # 1-layer BERT on 2 busy cores: 110 s spinning, 23.6 s with PASSIVE (GOMP_SPINCOUNT=20000:
+    # 67 s). ACTIVE (spin forever) was 2.8x slower still.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def keep_freed_memory() -> None:
