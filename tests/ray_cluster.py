@@ -148,3 +148,25 @@ class Cluster:
         while any(Path(f"/proc/{pid}").exists() for pid in left) and time.monotonic() < deadline:
             time.sleep(0.1)
         self.holder = None
+
+
+def fake_run(root: Path, out: Path, options: dict | None = None, **config) -> list[str]:
+    """A `python -c` command line that runs the fake task (tests/fake_task.py) on the cluster
+    and prints the summary as JSON, exiting with its exit code (the CLI's commands take the
+    registered tasks only)."""
+    code = (
+        "import json, sys\n"
+        "from gpucli.config import RunConfig\n"
+        "from gpucli.engines import run_engine\n"
+        "from gpucli.errors import GpucliError\n"
+        f"config = RunConfig(task='tests.fake_task:FakeTask', paths=({str(root)!r},), out={str(out)!r}, "
+        f"progress='plain', devices='cpu', engine='ray', ray_address={ADDRESS!r}, task_options={options or {}!r}, "
+        f"**{config!r})\n"
+        "try:\n"
+        "    s = run_engine(config)\n"
+        "except GpucliError as exc:\n"
+        "    print(f'gpucli: error: {exc}', file=sys.stderr)\n"
+        "    sys.exit(exc.exit_code)\n"
+        "print(json.dumps(s.__dict__, default=str))\n"
+        "sys.exit(s.exit_code)\n")
+    return [sys.executable, "-c", code]

@@ -282,3 +282,15 @@ def test_predictor_windows_match_the_local_dispatcher():
     assert chunks_per_call(16 * 32, 64) == 8  # reader rows (one per chunk of files) per predictor call
     assert chunks_per_call(TranscribeTask.queue_items, TranscribeTask.read_chunk_files) == 32
     assert chunks_per_call(10, 64) == 1
+
+
+def test_a_cluster_whose_live_nodes_cannot_hold_a_predictor_is_not_placeable():
+    """The node watch's rule: a dead node's resources do not count; readers ask for no CPU."""
+    from gpucli.engines.ray.planning import Plan, placeable
+
+    plan = Plan(actors=2, num_cpus=1.0, num_gpus=0.5, device="cuda:0", threads=1, readers=1)
+    head = {"Alive": True, "Resources": {"memory": 1.0}}  # runs no work
+    gpu_node = {"Alive": True, "Resources": {"CPU": 8.0, "GPU": 1.0}}
+    assert placeable(plan, [head, gpu_node])
+    assert not placeable(plan, [head, {**gpu_node, "Alive": False}])
+    assert not placeable(plan, [head, {"Alive": True, "Resources": {"CPU": 8.0}}])  # CPUs left, no GPU

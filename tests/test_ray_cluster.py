@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from tests.conftest import write_tree
-from tests.ray_cluster import ADDRESS, Cluster, usable
+from tests.ray_cluster import ADDRESS, Cluster, fake_run, usable
 
 pytestmark = pytest.mark.slow
 
@@ -123,3 +123,65 @@ def test_embed_on_the_cluster_gives_the_local_engines_rows_failures_ledger_and_e
 
     again = summary_of(embed(cluster, root, tmp_path / "ray.parquet", *model))  # a rerun does only the failures
     assert (again["unchanged"], again["succeeded"], again["failed"], again["rows"]) == (40, 0, 2, 0)
+
+
+# --- node loss --------------------------------------------------------------------------------
+
+def wait_for_a_part(out: Path, running: subprocess.Popen) -> None:
+    """Mid-run: once the first part is durable (some work is done, most is not)."""
+    while not list(out.glob("part-*.parquet")):
+        assert running.poll() is None, running.communicate()
+        time.sleep(0.1)
+
+
+def slow_files(tmp_path: Path, n: int = 120) -> tuple[Path, Path]:
+    return write_tree(tmp_path / "in", {f"f{i:03d}.txt": f"alpha {i}\nbeta {i}\n" for i in range(n)}), \
+        tmp_path / "out.parquet"
+
+
+SLOW = dict(batch_size=2, read_chunk_files=2, queue_items=4, part_rows=4, workers_per_device=3)
+
+
+def test_a_worker_node_lost_mid_run_leaves_the_run_to_the_other_node_every_input_once(cluster, tmp_path):
+    """Three 1-CPU predictors over two 2-CPU worker nodes: one node holds at most two, so
+    the node killed mid-run was running some of them."""
+    cluster.start_worker("w2")
+    root, out = slow_files(tmp_path)
+    running = cluster.popen(fake_run(root, out, {"sleep_ms": 150}, **SLOW))
+    wait_for_a_part(out, running)
+    cluster.kill_node("w2")
+    stdout, stderr = running.communicate(timeout=300)
+
+    assert running.returncode == 0, stderr[-3000:]
+    assert "lost with a dead actor or node; running them again" in stderr  # the kill took work with it
+    summary = json.loads(stdout)
+    assert (summary["inputs"], summary["succeeded"], summary["failed"], summary["rows"]) == (120, 120, 0, 240)
+    table = ds.dataset(str(out), format="parquet").to_table().to_pylist()
+    keys = [(r["path"], r["chunk"]) for r in table]
+    assert len(keys) == len(set(keys)) == 240  # nothing twice, even where Ray ran a batch again
+    assert set(ledger(out).values()) == {"done"} and len(ledger(out)) == 120
+    assert "Traceback" not in stderr
+
+
+def test_when_no_node_can_run_the_model_the_run_fails_with_exit_3_and_a_rerun_does_the_rest(cluster, tmp_path):
+    """The last worker node goes (the head runs no work): exit 3, the ledger holds exactly the
+    inputs whose rows are written; with the node back, a rerun does the rest, each once."""
+    root, out = slow_files(tmp_path)
+    running = cluster.popen(fake_run(root, out, {"sleep_ms": 150}, **SLOW))
+    wait_for_a_part(out, running)
+    try:
+        cluster.kill_node("w1")
+        _, stderr = running.communicate(timeout=300)
+        assert running.returncode == 3, stderr[-3000:]
+        assert "no node of the Ray cluster can run the model any more" in stderr
+        written = {r["path"] for r in ds.dataset(str(out), format="parquet").to_table().to_pylist()}
+        done = {path for path, status in ledger(out).items() if status == "done"}
+        assert done == written and 0 < len(done) < 120
+    finally:
+        cluster.start_worker("w1")
+    again = cluster.run(fake_run(root, out, {"sleep_ms": 150}, **SLOW))
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads(again.stdout)
+    assert (summary["unchanged"], summary["succeeded"]) == (len(done), 120 - len(done))
+    keys = [(r["path"], r["chunk"]) for r in ds.dataset(str(out), format="parquet").to_table().to_pylist()]
+    assert len(keys) == len(set(keys)) == 240

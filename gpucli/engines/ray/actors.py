@@ -34,7 +34,7 @@ from gpucli.tasks import TaskSpec, create_task
 from gpucli.worker import describe_error, keep_freed_memory, limit_threads, limit_torch_threads, predict_one
 
 from .connection import cores, retries
-from .planning import READ_CPUS, Plan, chunks_per_call
+from .planning import READ_CPUS, READER_ACTOR_CPUS, Plan, chunks_per_call
 
 CHUNK, BATCH, SETUP = "chunk", "batch", "setup"
 
@@ -93,7 +93,7 @@ def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: i
         stages = [dict(fn=read_alone, fn_args=read_args, batch_size=None, num_cpus=READ_CPUS, **retries("max_retries")),
                   dict(fn=predict_alone, fn_args=predict_args, batch_size=None, **predict, **retries("max_retries"))]
     else:
-        stages = [dict(fn=Reader, fn_constructor_args=read_args, batch_size=chunk, num_cpus=READ_CPUS,
+        stages = [dict(fn=Reader, fn_constructor_args=read_args, batch_size=chunk, num_cpus=READER_ACTOR_CPUS,
                        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=plan.readers),
                        **retries("max_task_retries")),
                   dict(fn=Predictor, fn_constructor_args=predict_args, batch_size=chunks_per_call(window_items, chunk),

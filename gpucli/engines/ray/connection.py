@@ -36,20 +36,28 @@ def connect(address: str = "") -> Callable[[], None]:
     if address:
         preflight(address)
         try:
-            ray.init(address=address, logging_level=logging.WARNING)
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)  # see errors_to_stderr
         except ConnectionError as exc:
             if isinstance(exc.__cause__, ray.exceptions.AuthenticationError):
                 raise UsageError(TOKEN_HINT.format(where=address)) from None
             raise
-        return ray.shutdown  # disconnects this driver; the cluster stays
+        restore = errors_to_stderr()
+
+        def leave() -> None:
+            ray.shutdown()  # disconnects this driver; the cluster stays
+            restore()
+
+        return leave
     leftovers.sweep_ray_temp()  # directories of runs killed with SIGKILL (hundreds of MB each)
     # short, and named after this process: Ray's socket paths must fit 107 bytes, and the next
     # run's sweep must tell a live run's directory from a dead one's
     temp_dir = tempfile.mkdtemp(prefix=leftovers.ray_temp_prefix())
     start_local(temp_dir)
+    restore = errors_to_stderr()
 
     def close() -> None:
         ray.shutdown()
+        restore()
         shutil.rmtree(temp_dir, ignore_errors=True)
 
     return close
@@ -62,7 +70,31 @@ def start_local(temp_dir: str, num_cpus: int | None = None,
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=num_cpus or cores(), object_store_memory=object_store_bytes,
-             include_dashboard=False, _temp_dir=temp_dir, logging_level=logging.ERROR)
+             include_dashboard=False, _temp_dir=temp_dir, logging_level=logging.ERROR, log_to_driver=False)
+
+
+def errors_to_stderr() -> Callable[[], None]:
+    """stdout carries only data and the --json summary, but Ray's driver prints what the cluster
+    reports (a raylet killed, a node marked dead) and its workers' output there: the workers'
+    output is off (`log_to_driver=False`), the cluster's reports go to stderr. Returns how to
+    undo it; a Ray without this hook is left as it is."""
+    try:
+        from ray._private import worker
+    except ImportError:
+        return nothing
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None:
+        return nothing
+
+    def to_stderr(data: dict, ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    worker.print_to_stdstream = to_stderr
+
+    def restore() -> None:
+        worker.print_to_stdstream = original
+
+    return restore
 
 
 def preflight(address: str) -> None:
@@ -137,7 +169,7 @@ def cores() -> int:
 @contextlib.contextmanager
 def data_context() -> Iterator[None]:
     """Our progress instead of Ray's bars; dropped blocks instead of an aborted job; Ray Data's
-    INFO lines kept out of the terminal (they still go to its log file in the session dir)."""
+    INFO lines and error tracebacks kept out of the terminal (they still go to its log file in the session dir)."""
     import ray.data
     from ray.util.debug import log_once
 
@@ -147,8 +179,8 @@ def data_context() -> Iterator[None]:
     log_once("ray_data_progress_manager_disabled")  # we disabled them on purpose: no warning about it
     consoles = [h for h in logging.getLogger("ray.data").handlers if isinstance(h, logging.StreamHandler)]
     levels = [h.level for h in consoles]
-    for handler in consoles:
-        handler.setLevel(max(handler.level, logging.WARNING))
+    for handler in consoles:  # a lost actor's traceback too: the driver says what it does about it
+        handler.setLevel(max(handler.level, logging.CRITICAL))
     try:
         yield
     finally:

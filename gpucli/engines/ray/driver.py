@@ -8,8 +8,10 @@
 The driver only moves what comes back into the same `Job` and `Accounts` as the local engine
 (pipeline.py), so rows, failure records, the ledger and exit codes are the same. A batch whose
 actor died twice is dropped (`max_errored_blocks = -1`); the files no chunk came back for run
-again after the stream ends, each in Ray tasks of its own, so a file that kills its worker
-costs itself only and becomes a failure record. Parts of `part_rows` are written as results
+again after the stream ends: first through a new actor pool (a node that went away is not the
+files' fault), then the files still lost each in Ray tasks of its own, so a file that kills
+its worker costs itself only and becomes a failure record. When no live node can hold an actor
+any more (`NodeWatch`), the run fails (exit 3) with its complete inputs written. Parts of `part_rows` are written as results
 stream in; nothing is collected whole in the driver.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,9 +34,11 @@ from gpucli.records import Failure, Source
 
 from .actors import BATCH, CHUNK, SETUP, dataset, source_row
 from .connection import connect, data_context, first_line, joined, nothing, sigterm_interrupts
-from .planning import Plan, make_plan
+from .planning import Plan, make_plan, placeable
 
 LIST_CHUNK = 1000  # walk entries per ledger lookup and per --prune `seen` call
+WATCH_S = 2.0  # how often the driver looks at the cluster's nodes
+WATCH_MISSES = 3  # looks in a row with no node able to hold an actor before the run fails
 LOST = ("no result came back from Ray: the worker running this file died, also with the file alone "
         "(a crash or out of memory; see the Ray logs)")
 
@@ -54,6 +59,7 @@ class RayJob:
         self.seconds: dict[str, dict[str, float]] = {CHUNK: {}, BATCH: {}}  # read / model time per actor
         self.write_s = 0.0
         self._last_flush = time.monotonic()
+        self.watch: NodeWatch | None = None
 
     def run(self, connector: Callable[[], Callable[[], None]]) -> RunSummary:
         import ray.exceptions
@@ -70,6 +76,9 @@ class RayJob:
                 with sigterm_interrupts(self._on_sigterm), data_context():
                     self._run_on(make_plan(self.config))
         except KeyboardInterrupt:
+            if self.watch is not None and self.watch.reason:
+                raise RunFailedError(f"{self.watch.reason}. Results written so far are kept; "
+                                     "a rerun once nodes are back does the rest.") from None
             self.stopping = self.stopping or signal.SIGINT
         except ray.exceptions.RayError as exc:
             raise RunFailedError(f"Ray stopped the run: {first_line(exc)}. Results written so far are kept.") from None
@@ -86,11 +95,14 @@ class RayJob:
         self.job.use_devices([plan.device])  # CPU caps on CPU actors
         self._phase(f"loading the model in {plan.actors} Ray actor(s) "
                     f"({plan.num_gpus:g} GPU, {plan.num_cpus:g} CPU each)")
-        self._consume(self._dataset(plan, alone=False))
-        if self.sent:
-            self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor; "
-                                  "running them again one by one")
-            self._consume(self._dataset(plan, alone=True))
+        with NodeWatch(plan) as self.watch:
+            self._consume(self._dataset(plan, alone=False))
+            if self.sent:
+                self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor or node; running them again")
+                self._consume(self._dataset(plan, alone=False))
+            if self.sent:
+                self.job.progress.log(f"ray: {len(self.sent)} file(s) lost again; running them one by one")
+                self._consume(self._dataset(plan, alone=True))
         self._flush(force=True)  # complete inputs durable first: `lost` fails what is still open
         for source in self.sent.values():
             self.job.accounts.record_failure(Failure(source.path, "infer", LOST))
@@ -202,3 +214,42 @@ class RayJob:
         counts = self.job.accounts.counts_now()
         counts.in_flight = len(self.sent) + self.job.accounts.unfinished()
         return counts
+
+
+class NodeWatch:
+    """Looks at the cluster's nodes while the run goes on: once no live node can hold a
+    predictor or a reader actor (the nodes that could are gone), Ray Data would wait for them
+    forever; the watch interrupts the driver instead, which fails the run (exit 3)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.reason = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpucli-ray-nodes", daemon=True)
+
+    def __enter__(self) -> NodeWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=WATCH_S * 2)
+
+    def _loop(self) -> None:
+        import ray
+
+        misses = 0
+        while not self._stop.wait(WATCH_S):
+            try:
+                nodes = ray.nodes()
+            except Exception:  # noqa: BLE001 - a busy GCS: look again later
+                continue
+            misses = 0 if placeable(self.plan, nodes) else misses + 1
+            if misses >= WATCH_MISSES:
+                alive = sum(bool(n.get("Alive")) for n in nodes)
+                self.reason = (f"no node of the Ray cluster can run the model any more ({alive} live node(s); "
+                               f"an actor needs {self.plan.num_cpus:g} CPU, {self.plan.num_gpus:g} GPU)")
+                # a real signal: `_thread.interrupt_main` only sets a flag, which a main thread
+                # blocked on Ray Data's result queue never looks at (the run hung so)
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                return
