@@ -294,3 +294,18 @@ def test_a_cluster_whose_live_nodes_cannot_hold_a_predictor_is_not_placeable():
     assert placeable(plan, [head, gpu_node])
     assert not placeable(plan, [head, {**gpu_node, "Alive": False}])
     assert not placeable(plan, [head, {"Alive": True, "Resources": {"CPU": 8.0}}])  # CPUs left, no GPU
+
+
+@pytest.mark.slow
+def test_repeated_out_of_memory_lowers_the_actors_batch_size_for_the_rest_of_the_run(ray_session, tree, tmp_path):
+    """As the local engine: out of memory twice -> caps halved to below the failing size; later
+    batches stay under them, so the model stops running out of memory; nothing fails."""
+    root = tree({f"f{i:02d}.txt": f"line {i}\n" for i in range(64)})
+    log = tmp_path / "batches.jsonl"
+    summary = run_with("ray", FAKE, [root], tmp_path / "out.parquet", {"oom_above": 2, "batch_log": str(log)},
+                       batch_size=8, read_chunk_files=64)
+    assert (summary.succeeded, summary.failed, summary.rows) == (64, 0, 64)
+    sizes = [json.loads(line)["size"] for line in log.read_text().splitlines()]
+    first_small = next(i for i, size in enumerate(sizes) if size <= 2)
+    assert all(size <= 2 for size in sizes[first_small:])  # no out-of-memory after the caps came down
+    assert sorted(size for size in sizes if size > 2) == [4, 8]  # 8, then 4 (the second: caps lowered)

@@ -10,6 +10,8 @@ Rows between the stages (`STAGE_SCHEMA`) carry blocks, not items:
   kind "batch"  one per predicted batch: `data` the pickled Items without payload, and `output`
                 the pickled outputs, or `error` the reason the batch failed alone
   kind "setup"  an actor could not load the task: `error` its message (the driver stops)
+  kind "caps"   an actor lowered its batch caps after repeated out-of-memory errors: `error`
+                says so (the driver logs it)
 `seconds` is the read or model time of the row, `worker` the actor's host:pid (stage times
 are per actor, like the local engine's busiest worker). A problem with one input travels as
 data, never as an exception: Ray Data aborts the whole job on the first failed block.
@@ -25,10 +27,12 @@ import time
 import warnings
 from typing import Any
 
+import numpy as np
+
 from gpucli.batching import BatchCaps, Windows
 from gpucli.reader import read_chunk
 from gpucli.records import Batch, Source
-from gpucli.recovery import Fail, after_error
+from gpucli.recovery import Fail, after_error, caps_after_oom
 from gpucli.state import Known
 from gpucli.tasks import TaskSpec, create_task
 from gpucli.worker import describe_error, keep_freed_memory, limit_threads, limit_torch_threads, predict_one
@@ -36,7 +40,7 @@ from gpucli.worker import describe_error, keep_freed_memory, limit_threads, limi
 from .connection import cores, retries
 from .planning import READ_CPUS, READER_ACTOR_CPUS, Plan, chunks_per_call
 
-CHUNK, BATCH, SETUP = "chunk", "batch", "setup"
+CHUNK, BATCH, SETUP, CAPS = "chunk", "batch", "setup", "caps"
 
 
 def stage_schema():
@@ -134,12 +138,14 @@ class Reader:
 class Predictor:
     """Loads the model once per actor; runs a window of chunks as batches cut by count and cost,
     largest first. A batch that raises is halved (recovery.after_error) until the failing item
-    stands alone, so one bad input costs one file."""
+    stands alone, so one bad input costs one file. Repeated out-of-memory errors lower this
+    actor's caps for the rest of the run (recovery.caps_after_oom, as the local engine does)."""
 
     def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps) -> None:
         limit_threads(min(threads, cores()))
         keep_freed_memory()
         self.caps = caps
+        self.oom_events = 0
         self.setup_error = ""
         try:
             self.task = create_task(spec)
@@ -162,7 +168,8 @@ class Predictor:
             out.append({**r, "data": pickle.dumps(chunk, protocol=5)})  # before the chunk's batches
         windows.cut(final=True)
         while (items := windows.pop()) is not None:
-            self._predict(Batch(0, items), out)
+            for piece in self._within_caps(items):
+                self._predict(Batch(0, piece), out)
         return stage_table(out)
 
     def _predict(self, batch: Batch, out: list[dict[str, Any]]) -> None:
@@ -171,11 +178,30 @@ class Predictor:
             outputs, seconds = rest
             out.append(stage_row(BATCH, batch.items.without_payload(), outputs, seconds=seconds))
             return
+        if rest[0] == "oom":
+            self._after_oom(len(batch), out)
         for action in after_error(batch, *rest, new_id=lambda: batch.id):
             if isinstance(action, Fail):
                 out.append(stage_row(BATCH, action.batch.items.without_payload(), error=action.reason))
             else:
-                self._predict(action.batch, out)
+                for piece in self._within_caps(action.batch.items):
+                    self._predict(Batch(0, piece, action.batch.attempts), out)
+
+
+    def _within_caps(self, items):
+        """The window was cut before caps were lowered (after out-of-memory errors): cut again."""
+        most = self.caps.max_items
+        if len(items) <= most:
+            return [items]
+        return [items.take(np.arange(start, min(len(items), start + most))) for start in range(0, len(items), most)]
+
+    def _after_oom(self, batch_size: int, out: list[dict[str, Any]]) -> None:
+        self.oom_events += 1
+        caps = caps_after_oom(self.caps, batch_size, self.oom_events)
+        if caps is not None:
+            self.caps = caps
+            out.append(stage_row(CAPS, error=f"out of memory {self.oom_events} times: batch size lowered to "
+                                             f"{caps.max_items} for the rest of the run in this actor"))
 
 
 def read_alone(table, spec: TaskSpec, max_bytes: int):

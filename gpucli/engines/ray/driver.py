@@ -32,7 +32,7 @@ from gpucli.progress import Counts, Progress
 from gpucli.reader import Found, ReadChunk
 from gpucli.records import Failure, Source
 
-from .actors import BATCH, CHUNK, SETUP, dataset, source_row
+from .actors import BATCH, CAPS, CHUNK, SETUP, dataset, source_row
 from .connection import connect, data_context, first_line, joined, nothing, sigterm_interrupts
 from .planning import Plan, make_plan, placeable
 
@@ -168,6 +168,9 @@ class RayJob:
         kind, accounts = row["kind"], self.job.accounts
         if kind == SETUP:
             raise WorkerSetupError(f"a Ray actor could not load the task: {row['error']}")
+        if kind == CAPS:
+            self.job.progress.log(f"ray: {row['error']} ({row['worker']})")
+            return
         times = self.seconds[kind]
         times[row["worker"]] = times.get(row["worker"], 0.0) + row["seconds"]
         data = pickle.loads(row["data"])
