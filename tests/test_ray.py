@@ -309,3 +309,25 @@ def test_repeated_out_of_memory_lowers_the_actors_batch_size_for_the_rest_of_the
     first_small = next(i for i, size in enumerate(sizes) if size <= 2)
     assert all(size <= 2 for size in sizes[first_small:])  # no out-of-memory after the caps came down
     assert sorted(size for size in sizes if size > 2) == [4, 8]  # 8, then 4 (the second: caps lowered)
+
+
+@pytest.mark.slow
+def test_a_batch_that_hangs_past_the_batch_timeout_ends_its_worker_and_only_its_file_fails(ray_session, tree,
+                                                                                          tmp_path):
+    """--batch-timeout-s on Ray: the hung worker ends itself; the batch runs again (Ray's retry,
+    a new actor pool), then file by file, so the one file that hangs is the one failure."""
+    root = tree({**{f"f{i}.txt": f"fine {i}\n" for i in range(5)}, "hang.txt": "this one HANGs the model\n"})
+    summary = run_with("ray", FAKE, [root], tmp_path / "out.parquet", batch_timeout_s=2)
+    assert (summary.inputs, summary.succeeded, summary.failed, summary.exit_code) == (6, 5, 1, 1)
+    [failure] = failures(summary)
+    assert failure["path"] == "hang.txt" and "--batch-timeout-s" in failure["error"]
+    assert len(rows_by_key(tmp_path / "out.parquet")) == 5
+
+
+@pytest.mark.slow
+def test_an_actor_that_never_loads_its_model_fails_the_run_at_the_setup_timeout(ray_session, tree, tmp_path):
+    root = tree({"a.txt": "one line\n"})
+    with pytest.raises(WorkerSetupError, match="no Ray actor loaded the model within 3s"):
+        run_with("ray", FAKE, [root], tmp_path / "out.parquet", {"setup_sleep_s": 3600}, setup_timeout_s=3)
+    # the hung actor is gone with the run: the next run gets the CPUs
+    assert run_with("ray", FAKE, [root], tmp_path / "again.parquet").succeeded == 1

@@ -20,11 +20,15 @@ Pickle protocol 5 keeps numpy columns (token ids, vectors) as flat buffers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
+import sys
+import threading
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -83,7 +87,7 @@ def from_source_rows(rows: list[dict[str, Any]]) -> tuple[list[Source], dict[str
 
 
 def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: int, caps: BatchCaps,
-            chunk_files: int, window_items: int, alone: bool):
+            chunk_files: int, window_items: int, alone: bool, batch_timeout_s: float = 0.0):
     """Source rows -> readers (`chunk_files` a call) -> predictors (a window of chunks a call).
     `alone`: each input in Ray tasks of its own (the model loads per file: for the few files of
     dropped batches); tasks, not actors, so that a crash takes down that file's task only,
@@ -91,7 +95,7 @@ def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: i
     import ray.data
 
     chunk = 1 if alone else chunk_files
-    read_args, predict_args = (spec, max_bytes), (spec, plan.device, plan.threads, caps)
+    read_args, predict_args = (spec, max_bytes), (spec, plan.device, plan.threads, caps, batch_timeout_s)
     predict = dict(num_cpus=plan.num_cpus, num_gpus=plan.num_gpus)
     if alone:
         stages = [dict(fn=read_alone, fn_args=read_args, batch_size=None, num_cpus=READ_CPUS, **retries("max_retries")),
@@ -141,11 +145,12 @@ class Predictor:
     stands alone, so one bad input costs one file. Repeated out-of-memory errors lower this
     actor's caps for the rest of the run (recovery.caps_after_oom, as the local engine does)."""
 
-    def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps) -> None:
+    def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0) -> None:
         limit_threads(min(threads, cores()))
         keep_freed_memory()
         self.caps = caps
         self.oom_events = 0
+        self.batch_timeout_s = batch_timeout_s
         self.setup_error = ""
         try:
             self.task = create_task(spec)
@@ -173,7 +178,8 @@ class Predictor:
         return stage_table(out)
 
     def _predict(self, batch: Batch, out: list[dict[str, Any]]) -> None:
-        kind, _, *rest = predict_one(self.task, batch.id, batch.items.payload)
+        with hang_guard(self.batch_timeout_s):
+            kind, _, *rest = predict_one(self.task, batch.id, batch.items.payload)
         if kind == "result":
             outputs, seconds = rest
             out.append(stage_row(BATCH, batch.items.without_payload(), outputs, seconds=seconds))
@@ -208,5 +214,29 @@ def read_alone(table, spec: TaskSpec, max_bytes: int):
     return Reader(spec, max_bytes)(table)
 
 
-def predict_alone(table, spec: TaskSpec, device: str, threads: int, caps: BatchCaps):
-    return Predictor(spec, device, threads, caps)(table)
+def predict_alone(table, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0):
+    return Predictor(spec, device, threads, caps, batch_timeout_s)(table)
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: float) -> Iterator[None]:
+    """--batch-timeout-s: a batch still running after `seconds` ends this worker process, like
+    the local engine's watchdog kill: a hung model cannot be interrupted from inside. Ray then
+    treats it as a death: the call is retried once, its files run again through a new pool,
+    then one by one, so only the file that hangs becomes a failure record."""
+    if not seconds:
+        yield
+        return
+    timer = threading.Timer(seconds, _hung, (seconds,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _hung(seconds: float) -> None:
+    print(f"gpucli: batch timed out after {seconds:g}s (--batch-timeout-s); ending this worker", file=sys.stderr,
+          flush=True)
+    os._exit(70)
