@@ -317,7 +317,7 @@ def test_a_batch_that_hangs_past_the_batch_timeout_ends_its_worker_and_only_its_
     """--batch-timeout-s on Ray: the hung worker ends itself; the batch runs again (Ray's retry,
     a new actor pool), then file by file, so the one file that hangs is the one failure."""
     root = tree({**{f"f{i}.txt": f"fine {i}\n" for i in range(5)}, "hang.txt": "this one HANGs the model\n"})
-    summary = run_with("ray", FAKE, [root], tmp_path / "out.parquet", batch_timeout_s=2)
+    summary = run_with("ray", FAKE, [root], tmp_path / "out.parquet", batch_timeout_s=1)
     assert (summary.inputs, summary.succeeded, summary.failed, summary.exit_code) == (6, 5, 1, 1)
     [failure] = failures(summary)
     assert failure["path"] == "hang.txt" and "--batch-timeout-s" in failure["error"]

@@ -185,3 +185,27 @@ def test_when_no_node_can_run_the_model_the_run_fails_with_exit_3_and_a_rerun_do
     assert (summary["unchanged"], summary["succeeded"]) == (len(done), 120 - len(done))
     keys = [(r["path"], r["chunk"]) for r in ds.dataset(str(out), format="parquet").to_table().to_pylist()]
     assert len(keys) == len(set(keys)) == 240
+
+
+# --- Ctrl-C -------------------------------------------------------------------------------------
+
+def test_ctrl_c_mid_run_exits_130_with_a_readable_output_and_a_rerun_finishes_the_rest(cluster, tmp_path):
+    import os
+    import signal
+
+    root, out = slow_files(tmp_path, 60)
+    running = cluster.popen(fake_run(root, out, {"sleep_ms": 150}, **SLOW))
+    wait_for_a_part(out, running)
+    [driver] = [pid for pid in cluster.pids() if b"fake_task" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    os.kill(driver, signal.SIGINT)  # the driver process itself, as a terminal's Ctrl-C
+    stdout, stderr = running.communicate(timeout=120)
+    assert running.returncode == 130, stderr[-3000:]
+    stopped = json.loads(stdout)
+    written = {r["path"] for r in ds.dataset(str(out), format="parquet").to_table().to_pylist()}
+    assert {p for p, status in ledger(out).items() if status == "done"} == written
+    assert len(written) == stopped["succeeded"] and stopped["succeeded"] + stopped["unfinished"] == 60
+    again = cluster.run(fake_run(root, out, {"sleep_ms": 150}, **SLOW))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["succeeded"] == 60 - len(written)
+    keys = [(r["path"], r["chunk"]) for r in ds.dataset(str(out), format="parquet").to_table().to_pylist()]
+    assert len(keys) == len(set(keys)) == 120
