@@ -94,15 +94,19 @@ class Cluster:
 
     # --- nodes ----------------------------------------------------------------------------
     def start_head(self, cpus: int = 0) -> None:
-        """A head that runs no work (num-cpus 0), as on most real clusters."""
-        self._ray_start("head", ["--head", f"--port={PORT}", "--include-dashboard=false"], cpus)
+        """A head that runs no work (num-cpus 0), as on most real clusters. Its GCS declares a
+        silent node dead after ~2 s rather than Ray's default ~15-30 s (the node-loss tests wait
+        for that)."""
+        self._ray_start("head", ["--head", f"--port={PORT}", "--include-dashboard=false"], cpus,
+                        env=self.env(RAY_health_check_period_ms="500", RAY_health_check_timeout_ms="500",
+                                     RAY_health_check_failure_threshold="3"))
 
     def start_worker(self, name: str, cpus: int = 2) -> None:
         self._ray_start(name, [f"--address={ADDRESS}"], cpus)
 
-    def _ray_start(self, name: str, args: list[str], cpus: int) -> None:
+    def _ray_start(self, name: str, args: list[str], cpus: int, env: dict[str, str] | None = None) -> None:
         done = self.run(["ray", "start", *args, f"--temp-dir={self.base / name}", f"--num-cpus={cpus}",
-                         "--object-store-memory=80000000", "--disable-usage-stats"], timeout=120)
+                         "--object-store-memory=80000000", "--disable-usage-stats"], env=env, timeout=120)
         assert done.returncode == 0, f"ray start {name} failed:\n{done.stdout}\n{done.stderr}"
 
     def raylet(self, name: str) -> int:
