@@ -282,3 +282,52 @@ def test_predictor_windows_match_the_local_dispatcher():
     assert chunks_per_call(16 * 32, 64) == 8  # reader rows (one per chunk of files) per predictor call
     assert chunks_per_call(TranscribeTask.queue_items, TranscribeTask.read_chunk_files) == 32
     assert chunks_per_call(10, 64) == 1
+
+
+def test_a_cluster_whose_live_nodes_cannot_hold_a_predictor_is_not_placeable():
+    """The node watch's rule: a dead node's resources do not count; readers ask for no CPU."""
+    from gpucli.engines.ray.planning import Plan, placeable
+
+    plan = Plan(actors=2, num_cpus=1.0, num_gpus=0.5, device="cuda:0", threads=1, readers=1)
+    head = {"Alive": True, "Resources": {"memory": 1.0}}  # runs no work
+    gpu_node = {"Alive": True, "Resources": {"CPU": 8.0, "GPU": 1.0}}
+    assert placeable(plan, [head, gpu_node])
+    assert not placeable(plan, [head, {**gpu_node, "Alive": False}])
+    assert not placeable(plan, [head, {"Alive": True, "Resources": {"CPU": 8.0}}])  # CPUs left, no GPU
+
+
+@pytest.mark.slow
+def test_repeated_out_of_memory_lowers_the_actors_batch_size_for_the_rest_of_the_run(ray_session, tree, tmp_path):
+    """As the local engine: out of memory twice -> caps halved to below the failing size; later
+    batches stay under them, so the model stops running out of memory; nothing fails."""
+    root = tree({f"f{i:02d}.txt": f"line {i}\n" for i in range(64)})
+    log = tmp_path / "batches.jsonl"
+    summary = run_with("ray", FAKE, [root], tmp_path / "out.parquet", {"oom_above": 2, "batch_log": str(log)},
+                       batch_size=8, read_chunk_files=64)
+    assert (summary.succeeded, summary.failed, summary.rows) == (64, 0, 64)
+    sizes = [json.loads(line)["size"] for line in log.read_text().splitlines()]
+    first_small = next(i for i, size in enumerate(sizes) if size <= 2)
+    assert all(size <= 2 for size in sizes[first_small:])  # no out-of-memory after the caps came down
+    assert sorted(size for size in sizes if size > 2) == [4, 8]  # 8, then 4 (the second: caps lowered)
+
+
+@pytest.mark.slow
+def test_a_batch_that_hangs_past_the_batch_timeout_ends_its_worker_and_only_its_file_fails(ray_session, tree,
+                                                                                          tmp_path):
+    """--batch-timeout-s on Ray: the hung worker ends itself; the batch runs again (Ray's retry,
+    a new actor pool), then file by file, so the one file that hangs is the one failure."""
+    root = tree({**{f"f{i}.txt": f"fine {i}\n" for i in range(5)}, "hang.txt": "this one HANGs the model\n"})
+    summary = run_with("ray", FAKE, [root], tmp_path / "out.parquet", batch_timeout_s=1)
+    assert (summary.inputs, summary.succeeded, summary.failed, summary.exit_code) == (6, 5, 1, 1)
+    [failure] = failures(summary)
+    assert failure["path"] == "hang.txt" and "--batch-timeout-s" in failure["error"]
+    assert len(rows_by_key(tmp_path / "out.parquet")) == 5
+
+
+@pytest.mark.slow
+def test_an_actor_that_never_loads_its_model_fails_the_run_at_the_setup_timeout(ray_session, tree, tmp_path):
+    root = tree({"a.txt": "one line\n"})
+    with pytest.raises(WorkerSetupError, match="no Ray actor loaded the model within 3s"):
+        run_with("ray", FAKE, [root], tmp_path / "out.parquet", {"setup_sleep_s": 3600}, setup_timeout_s=3)
+    # the hung actor is gone with the run: the next run gets the CPUs
+    assert run_with("ray", FAKE, [root], tmp_path / "again.parquet").succeeded == 1

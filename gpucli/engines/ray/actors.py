@@ -10,6 +10,8 @@ Rows between the stages (`STAGE_SCHEMA`) carry blocks, not items:
   kind "batch"  one per predicted batch: `data` the pickled Items without payload, and `output`
                 the pickled outputs, or `error` the reason the batch failed alone
   kind "setup"  an actor could not load the task: `error` its message (the driver stops)
+  kind "caps"   an actor lowered its batch caps after repeated out-of-memory errors: `error`
+                says so (the driver logs it)
 `seconds` is the read or model time of the row, `worker` the actor's host:pid (stage times
 are per actor, like the local engine's busiest worker). A problem with one input travels as
 data, never as an exception: Ray Data aborts the whole job on the first failed block.
@@ -18,25 +20,31 @@ Pickle protocol 5 keeps numpy columns (token ids, vectors) as flat buffers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
+import sys
+import threading
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from gpucli.batching import BatchCaps, Windows
 from gpucli.reader import read_chunk
 from gpucli.records import Batch, Source
-from gpucli.recovery import Fail, after_error
+from gpucli.recovery import Fail, after_error, caps_after_oom
 from gpucli.state import Known
 from gpucli.tasks import TaskSpec, create_task
 from gpucli.worker import describe_error, keep_freed_memory, limit_threads, limit_torch_threads, predict_one
 
 from .connection import cores, retries
-from .planning import READ_CPUS, Plan, chunks_per_call
+from .planning import READ_CPUS, READER_ACTOR_CPUS, Plan, chunks_per_call
 
-CHUNK, BATCH, SETUP = "chunk", "batch", "setup"
+CHUNK, BATCH, SETUP, CAPS = "chunk", "batch", "setup", "caps"
 
 
 def stage_schema():
@@ -79,7 +87,7 @@ def from_source_rows(rows: list[dict[str, Any]]) -> tuple[list[Source], dict[str
 
 
 def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: int, caps: BatchCaps,
-            chunk_files: int, window_items: int, alone: bool):
+            chunk_files: int, window_items: int, alone: bool, batch_timeout_s: float = 0.0):
     """Source rows -> readers (`chunk_files` a call) -> predictors (a window of chunks a call).
     `alone`: each input in Ray tasks of its own (the model loads per file: for the few files of
     dropped batches); tasks, not actors, so that a crash takes down that file's task only,
@@ -87,13 +95,13 @@ def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: i
     import ray.data
 
     chunk = 1 if alone else chunk_files
-    read_args, predict_args = (spec, max_bytes), (spec, plan.device, plan.threads, caps)
+    read_args, predict_args = (spec, max_bytes), (spec, plan.device, plan.threads, caps, batch_timeout_s)
     predict = dict(num_cpus=plan.num_cpus, num_gpus=plan.num_gpus)
     if alone:
         stages = [dict(fn=read_alone, fn_args=read_args, batch_size=None, num_cpus=READ_CPUS, **retries("max_retries")),
                   dict(fn=predict_alone, fn_args=predict_args, batch_size=None, **predict, **retries("max_retries"))]
     else:
-        stages = [dict(fn=Reader, fn_constructor_args=read_args, batch_size=chunk, num_cpus=READ_CPUS,
+        stages = [dict(fn=Reader, fn_constructor_args=read_args, batch_size=chunk, num_cpus=READER_ACTOR_CPUS,
                        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=plan.readers),
                        **retries("max_task_retries")),
                   dict(fn=Predictor, fn_constructor_args=predict_args, batch_size=chunks_per_call(window_items, chunk),
@@ -134,12 +142,15 @@ class Reader:
 class Predictor:
     """Loads the model once per actor; runs a window of chunks as batches cut by count and cost,
     largest first. A batch that raises is halved (recovery.after_error) until the failing item
-    stands alone, so one bad input costs one file."""
+    stands alone, so one bad input costs one file. Repeated out-of-memory errors lower this
+    actor's caps for the rest of the run (recovery.caps_after_oom, as the local engine does)."""
 
-    def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps) -> None:
+    def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0) -> None:
         limit_threads(min(threads, cores()))
         keep_freed_memory()
         self.caps = caps
+        self.oom_events = 0
+        self.batch_timeout_s = batch_timeout_s
         self.setup_error = ""
         try:
             self.task = create_task(spec)
@@ -162,25 +173,70 @@ class Predictor:
             out.append({**r, "data": pickle.dumps(chunk, protocol=5)})  # before the chunk's batches
         windows.cut(final=True)
         while (items := windows.pop()) is not None:
-            self._predict(Batch(0, items), out)
+            for piece in self._within_caps(items):
+                self._predict(Batch(0, piece), out)
         return stage_table(out)
 
     def _predict(self, batch: Batch, out: list[dict[str, Any]]) -> None:
-        kind, _, *rest = predict_one(self.task, batch.id, batch.items.payload)
+        with hang_guard(self.batch_timeout_s):
+            kind, _, *rest = predict_one(self.task, batch.id, batch.items.payload)
         if kind == "result":
             outputs, seconds = rest
             out.append(stage_row(BATCH, batch.items.without_payload(), outputs, seconds=seconds))
             return
+        if rest[0] == "oom":
+            self._after_oom(len(batch), out)
         for action in after_error(batch, *rest, new_id=lambda: batch.id):
             if isinstance(action, Fail):
                 out.append(stage_row(BATCH, action.batch.items.without_payload(), error=action.reason))
             else:
-                self._predict(action.batch, out)
+                for piece in self._within_caps(action.batch.items):
+                    self._predict(Batch(0, piece, action.batch.attempts), out)
+
+
+    def _within_caps(self, items):
+        """The window was cut before caps were lowered (after out-of-memory errors): cut again."""
+        most = self.caps.max_items
+        if len(items) <= most:
+            return [items]
+        return [items.take(np.arange(start, min(len(items), start + most))) for start in range(0, len(items), most)]
+
+    def _after_oom(self, batch_size: int, out: list[dict[str, Any]]) -> None:
+        self.oom_events += 1
+        caps = caps_after_oom(self.caps, batch_size, self.oom_events)
+        if caps is not None:
+            self.caps = caps
+            out.append(stage_row(CAPS, error=f"out of memory {self.oom_events} times: batch size lowered to "
+                                             f"{caps.max_items} for the rest of the run in this actor"))
 
 
 def read_alone(table, spec: TaskSpec, max_bytes: int):
     return Reader(spec, max_bytes)(table)
 
 
-def predict_alone(table, spec: TaskSpec, device: str, threads: int, caps: BatchCaps):
-    return Predictor(spec, device, threads, caps)(table)
+def predict_alone(table, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0):
+    return Predictor(spec, device, threads, caps, batch_timeout_s)(table)
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: float) -> Iterator[None]:
+    """--batch-timeout-s: a batch still running after `seconds` ends this worker process, like
+    the local engine's watchdog kill: a hung model cannot be interrupted from inside. Ray then
+    treats it as a death: the call is retried once, its files run again through a new pool,
+    then one by one, so only the file that hangs becomes a failure record."""
+    if not seconds:
+        yield
+        return
+    timer = threading.Timer(seconds, _hung, (seconds,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _hung(seconds: float) -> None:
+    print(f"gpucli: batch timed out after {seconds:g}s (--batch-timeout-s); ending this worker", file=sys.stderr,
+          flush=True)
+    os._exit(70)

@@ -8,8 +8,10 @@
 The driver only moves what comes back into the same `Job` and `Accounts` as the local engine
 (pipeline.py), so rows, failure records, the ledger and exit codes are the same. A batch whose
 actor died twice is dropped (`max_errored_blocks = -1`); the files no chunk came back for run
-again after the stream ends, each in Ray tasks of its own, so a file that kills its worker
-costs itself only and becomes a failure record. Parts of `part_rows` are written as results
+again after the stream ends: first through a new actor pool (a node that went away is not the
+files' fault), then the files still lost each in Ray tasks of its own, so a file that kills
+its worker costs itself only and becomes a failure record. When no live node can hold an actor
+any more (`NodeWatch`), the run fails (exit 3) with its complete inputs written. Parts of `part_rows` are written as results
 stream in; nothing is collected whole in the driver.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,13 +32,15 @@ from gpucli.progress import Counts, Progress
 from gpucli.reader import Found, ReadChunk
 from gpucli.records import Failure, Source
 
-from .actors import BATCH, CHUNK, SETUP, dataset, source_row
+from .actors import BATCH, CAPS, CHUNK, SETUP, dataset, source_row
 from .connection import connect, data_context, first_line, joined, nothing, sigterm_interrupts
-from .planning import Plan, make_plan
+from .planning import Plan, make_plan, placeable
 
 LIST_CHUNK = 1000  # walk entries per ledger lookup and per --prune `seen` call
+WATCH_S = 2.0  # how often the driver looks at the cluster's nodes
+WATCH_MISSES = 3  # looks in a row with no node able to hold an actor before the run fails
 LOST = ("no result came back from Ray: the worker running this file died, also with the file alone "
-        "(a crash or out of memory; see the Ray logs)")
+        "(a crash, out of memory, or a batch past --batch-timeout-s; see the Ray logs)")
 
 
 def run(config: RunConfig, progress: Progress | None = None) -> RunSummary:
@@ -54,6 +59,7 @@ class RayJob:
         self.seconds: dict[str, dict[str, float]] = {CHUNK: {}, BATCH: {}}  # read / model time per actor
         self.write_s = 0.0
         self._last_flush = time.monotonic()
+        self.watch: NodeWatch | None = None
 
     def run(self, connector: Callable[[], Callable[[], None]]) -> RunSummary:
         import ray.exceptions
@@ -70,6 +76,8 @@ class RayJob:
                 with sigterm_interrupts(self._on_sigterm), data_context():
                     self._run_on(make_plan(self.config))
         except KeyboardInterrupt:
+            if self.watch is not None and self.watch.reason:
+                raise self.watch.error() from None
             self.stopping = self.stopping or signal.SIGINT
         except ray.exceptions.RayError as exc:
             raise RunFailedError(f"Ray stopped the run: {first_line(exc)}. Results written so far are kept.") from None
@@ -86,11 +94,14 @@ class RayJob:
         self.job.use_devices([plan.device])  # CPU caps on CPU actors
         self._phase(f"loading the model in {plan.actors} Ray actor(s) "
                     f"({plan.num_gpus:g} GPU, {plan.num_cpus:g} CPU each)")
-        self._consume(self._dataset(plan, alone=False))
-        if self.sent:
-            self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor; "
-                                  "running them again one by one")
-            self._consume(self._dataset(plan, alone=True))
+        with NodeWatch(plan, self.config.setup_timeout_s) as self.watch:
+            self._consume(self._dataset(plan, alone=False))
+            if self.sent:
+                self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor or node; running them again")
+                self._consume(self._dataset(plan, alone=False))
+            if self.sent:
+                self.job.progress.log(f"ray: {len(self.sent)} file(s) lost again; running them one by one")
+                self._consume(self._dataset(plan, alone=True))
         self._flush(force=True)  # complete inputs durable first: `lost` fails what is still open
         for source in self.sent.values():
             self.job.accounts.record_failure(Failure(source.path, "infer", LOST))
@@ -133,7 +144,7 @@ class RayJob:
         """The inputs no chunk came back for, through the readers and predictors."""
         job = self.job
         return dataset([source_row(s) for s in self.sent.values()], plan, job.spec, job.max_bytes, job.caps,
-                       job.chunk_files, self._window(), alone)
+                       job.chunk_files, self._window(), alone, self.config.batch_timeout_s)
 
     def _window(self) -> int:
         """Items per predictor call: the local dispatcher's sorted window."""
@@ -156,6 +167,11 @@ class RayJob:
         kind, accounts = row["kind"], self.job.accounts
         if kind == SETUP:
             raise WorkerSetupError(f"a Ray actor could not load the task: {row['error']}")
+        if kind == CAPS:
+            self.job.progress.log(f"ray: {row['error']} ({row['worker']})")
+            return
+        if self.watch is not None:
+            self.watch.loaded = True
         times = self.seconds[kind]
         times[row["worker"]] = times.get(row["worker"], 0.0) + row["seconds"]
         data = pickle.loads(row["data"])
@@ -202,3 +218,62 @@ class RayJob:
         counts = self.job.accounts.counts_now()
         counts.in_flight = len(self.sent) + self.job.accounts.unfinished()
         return counts
+
+
+class NodeWatch:
+    """Looks at the run while it goes on, from a thread, and stops the driver (a SIGINT to the
+    main thread, which `run` turns into the failure) when Ray Data would otherwise wait forever:
+    * no live node can hold a predictor or a reader actor any more (the nodes that could are
+      gone): the run fails, exit 3;
+    * no actor has loaded the model (no row came back) within --setup-timeout-s of the start:
+      the run fails like the local engine's setup timeout (a WorkerSetupError)."""
+
+    def __init__(self, plan: Plan, setup_timeout_s: float) -> None:
+        self.plan = plan
+        self.setup_timeout_s = setup_timeout_s
+        self.reason = ""
+        self.setup_failed = False
+        self.loaded = False  # set by the driver at its first row
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpucli-ray-watch", daemon=True)
+
+    def __enter__(self) -> NodeWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=WATCH_S * 2)
+
+    def error(self) -> Exception:
+        return WorkerSetupError(self.reason) if self.setup_failed else RunFailedError(
+            f"{self.reason}. Results written so far are kept; a rerun once nodes are back does the rest.")
+
+    def _loop(self) -> None:
+        misses = 0
+        while not self._stop.wait(min(WATCH_S, self.setup_timeout_s / 4)):
+            if not self.loaded and time.monotonic() - self._started > self.setup_timeout_s:
+                self.setup_failed = True
+                self._stop_driver(f"no Ray actor loaded the model within {self.setup_timeout_s:g}s "
+                                  "(--setup-timeout-s; on Ray counted from the start of the actor pool)")
+                return
+            misses = misses + 1 if self._unplaceable() else 0
+            if misses >= WATCH_MISSES:
+                self._stop_driver(f"no node of the Ray cluster can run the model any more (an actor needs "
+                                  f"{self.plan.num_cpus:g} CPU, {self.plan.num_gpus:g} GPU; see `ray status`)")
+                return
+
+    def _unplaceable(self) -> bool:
+        import ray
+
+        try:
+            return not placeable(self.plan, ray.nodes())
+        except Exception:  # noqa: BLE001 - a busy GCS: look again later
+            return False
+
+    def _stop_driver(self, reason: str) -> None:
+        self.reason = reason
+        # a real signal: `_thread.interrupt_main` only sets a flag, which a main thread
+        # blocked on Ray Data's result queue never looks at (the run hung so)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)

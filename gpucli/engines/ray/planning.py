@@ -9,6 +9,9 @@ from gpucli.config import RunConfig
 from gpucli.errors import UsageError
 
 READ_CPUS = 0.5  # per reader actor: reading and tokenising leave room for the predictors
+# ...left free in the plan, but not asked of Ray: a reader actor that asks for CPU cannot be
+# placed again when its node goes and the predictors fill the nodes left (the run hung so)
+READER_ACTOR_CPUS = 0.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,16 @@ def plan_for(devices: str, per: int, cpus: float, gpus: int) -> Plan:
         return Plan(actors, round(num_cpus, 2), 1.0 / per, "cuda:0", max(1, min(4, int(cpus // actors))), readers)
     num_cpus = min(1.0, max(0.1, (cpus - READ_CPUS) / per))
     return Plan(per, round(num_cpus, 2), 0.0, "cpu", max(1, int(cpus // per)), readers)
+
+
+def placeable(plan: Plan, nodes: list[dict]) -> bool:
+    """Whether some live node of the cluster (`ray.nodes()`) can hold a predictor actor and some
+    a reader: once none can (the nodes that could are gone), Ray Data would wait for them forever."""
+    def holds(cpus: float, gpus: float) -> bool:
+        return any(n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= cpus - 1e-9
+                   and n.get("Resources", {}).get("GPU", 0) >= gpus - 1e-9 for n in nodes)
+
+    return holds(plan.num_cpus, plan.num_gpus) and holds(READER_ACTOR_CPUS, 0)
 
 
 def chunks_per_call(window_items: int, chunk_files: int) -> int:
