@@ -23,6 +23,16 @@ def onnx_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
 
 
+def quantize_info(quantize: str) -> dict[str, str]:
+    """Output metadata for --quantize. With int8 the recipe too: it enters the ledger's fingerprint,
+    so rows of two recipes (their vectors differ) never mix in one output without --full."""
+    if not quantize:
+        return {"gpucli.quantize": ""}
+    from gpucli.backends.onnx import QUANTIZE_RECIPE  # stdlib-only at import: the parent may import it
+
+    return {"gpucli.quantize": quantize, "gpucli.quantize_recipe": QUANTIZE_RECIPE}
+
+
 def worker_threads(default: int = 1) -> int:
     """The intra-op threads a worker may use: the worker sets OMP_NUM_THREADS to its share of the
     cores before `setup` (gpucli.worker.limit_threads), so the ONNX session sizes itself the same."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucli.backends import resolve_backend
+from gpucli.backends import quantize_info, resolve_backend
 from gpucli.errors import InputError, UsageError
 from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import Failure, Item, Items, Ragged, Source
@@ -180,7 +180,7 @@ class EmbedTask(Task):
         return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
                 "gpucli.max_tokens": str(self.max_tokens),
                 **st_info(self.st, self.options.normalize, self.prompts), **hub_info(self.resolved),
-                "gpucli.runtime": self.runtime, "gpucli.quantize": self.options.quantize}  # model fidelity (issue 14)
+                "gpucli.runtime": self.runtime, **quantize_info(self.options.quantize)}  # issues 14, 16
 
     def schema(self):
         import pyarrow as pa
@@ -261,11 +261,7 @@ class EmbedTask(Task):
     # --- worker ---------------------------------------------------------------------------
     def setup(self, device: str) -> None:
         import torch
-        from transformers import AutoModel
-        from transformers.utils import logging
 
-        logging.set_verbosity_error()
-        logging.disable_progress_bar()
         self._in_worker = True
         self.open()  # the special tokens and the prompt that frame each row (no torch; milliseconds)
         if self.resolved.source == "package":
@@ -280,7 +276,12 @@ class EmbedTask(Task):
 
             self.encoder = OnnxTextEncoder(self.st.transformer_dir, threads=worker_threads(),
                                            quantize=self.options.quantize or None, device=device)
-        else:
+        else:  # transformers is imported for torch only: the ONNX worker loads ~1-2 s faster without it
+            from transformers import AutoModel
+            from transformers.utils import logging
+
+            logging.set_verbosity_error()
+            logging.disable_progress_bar()
             self.model = AutoModel.from_pretrained(self.st.transformer_dir, dtype=dtype).to(self.device).eval()
             self.pad_id = int(getattr(self.model.config, "pad_token_id", 0) or 0)
         self.pin = self.device.type == "cuda" and self.encoder is None
