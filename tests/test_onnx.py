@@ -552,3 +552,19 @@ def test_gpucli_classify_with_onnx_gives_the_torch_labels_on_every_sample_image(
     assert tables["onnx"].num_rows == tables["torch"].num_rows == len(IMAGES)
     assert tables["onnx"].column("label").to_pylist() == tables["torch"].column("label").to_pylist()
     assert _metadata(outs["onnx"])["gpucli.runtime"] == "onnx"
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [(0, "onnx"), (2, "torch")])
+@pytest.mark.parametrize("task_name", ["embed", "classify"])
+def test_auto_picks_by_the_host_and_the_workers_run_the_parents_choice(monkeypatch, task_name, gpus, expected):
+    from gpucli.tasks import TaskSpec, create_task
+
+    monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: gpus)
+    spec = TaskSpec(task_name, create_task(TaskSpec(task_name, "")).default_model, options={"backend": "auto"})
+    parent = create_task(spec)
+    parent.open()
+    assert parent.runtime == expected and parent.options.backend == "auto"  # the fingerprint holds `auto`
+    monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: 1 if gpus == 0 else 0)  # a worker that sees otherwise
+    worker = create_task(spec)
+    worker.open()
+    assert worker.runtime == expected
