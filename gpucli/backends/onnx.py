@@ -25,12 +25,13 @@ Quantization (`int8`): `onnxruntime.quantization.quantize_dynamic` of the fp32 e
 weights per output channel, MatMul only (the embedding tables stay fp32), except the first
 layer's FFN down-projection (the first MatMul whose weight narrows, in > out), which stays fp32.
 Activations are quantized per tensor per batch at run time (u8, as ORT's dynamic quantization
-always does), so an int8 vector depends slightly on its batch-mates. Why that one node: the
-input of layer 0's down-projection (the GELU of the first FFN) has the widest range of any
-quantized MatMul input, so one scale for the whole tensor loses the most there. Measured on the
+always does), so an int8 vector depends slightly on its batch-mates. Why that one node: kept fp32
+one at a time, the six down-projections gave short top-10 0.922 (layer 0), 0.910, 0.924, 0.908,
+0.896, 0.896 and layer 0's the best min cos (0.988); keeping all six fp32 scores higher still but
+costs ~20% of int8's speed (below). Measured on the
 default embed model (benchmarks/corpus.py: 512 one-sentence and 64 230-token texts, batches of 32
 sorted by length; top-10 = mean overlap of the 10 nearest texts of 50 queries with fp32's):
-  recipe (all per channel but the first)       short: min cos, top-10     long: min cos, top-10
+  recipe (weights per channel unless said)     short: min cos, top-10     long: min cos, top-10
   per-tensor weights                               0.934  0.800               0.895  0.820
   per channel, every MatMul (the former recipe)    0.984  0.896               0.987  0.922
   per channel, reduce_range (7-bit, ORT's avx2)    0.980  0.888               0.987  0.924
@@ -38,9 +39,11 @@ sorted by length; top-10 = mean overlap of the 10 nearest texts of 50 queries wi
   layer 0 fp32 (6 MatMuls)                         0.986  0.914               0.993  0.936
   layer 5 fp32                                     0.985  0.892               0.987  0.920
   layer 0's down-projection fp32 (this recipe)     0.988  0.922               0.993  0.932
-Keeping one of 36 weight MatMuls (1/18 of their FLOPs) in fp32 costs ~5% of int8's speed; all
-six down-projections cost ~20% (1.84x -> 1.45x fp32 on short texts). Tiny texts (3 tokens: "ok")
-pool the fewest tokens and drift most (~0.96-0.97).
+Speed: one of 36 weight MatMuls (1/18 of their FLOPs) kept fp32 cost nothing measurable on this
+shared 2-core machine (int8 / fp32 ONNX, interleaved, load ~6: every MatMul 1.50x short, 1.83x long;
+this recipe 1.62x, 1.85x); all six down-projections cost ~20% (1.84x -> 1.45x fp32 on short texts,
+earlier, quieter). Layer 0's whole block (1/6 of the FLOPs) was next best but scored lower.
+Tiny texts (3 tokens: "ok") pool the fewest tokens and drift most (~0.96-0.97).
 
 Sessions. One `InferenceSession` per worker, built in the worker (`OnnxTextEncoder`,
 `OnnxImageClassifier`), intra-op threads = the worker's share of the cores, inter-op 1. On CPU
