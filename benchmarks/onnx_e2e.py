@@ -251,6 +251,10 @@ def summarise(runs: list[dict]) -> dict:
     return table
 
 
+def _num(row: dict, key: str, digits: int) -> str:
+    return f"{row[key]:.{digits}f}" if key in row else "—"
+
+
 def markdown(report: dict) -> str:
     t, a, e = report["table"], report["agreement"], report["export"]
     lines = [f"`python benchmarks/onnx_e2e.py` ({report['date']}, commit {report['commit']}; {report['cpu']}; "
@@ -269,8 +273,8 @@ def markdown(report: dict) -> str:
                          if name == "st" else f"gpucli {LABELS.get(name, name)}")
             target = (f"≥ {row['target']} {'pass' if row['pass'] else 'MISS'}" if "target" in row else "")
             lines.append(f"| {label} | {contender} | {row['rate']:.1f} | {row['ratio']:.2f} ({runs}) | "
-                         f"{row.get('ratio_to_torch', float('nan')):.2f} | {row.get('rate_e2e', float('nan')):.1f} | "
-                         f"{row.get('load_s', float('nan')):.1f} | {target} |")
+                         f"{_num(row, 'ratio_to_torch', 2)} | {_num(row, 'rate_e2e', 1)} | {_num(row, 'load_s', 1)} | "
+                         f"{target} |")
     lines += ["", f"classify, {report['sizes']['images']} JPEGs of 320×260 (EfficientNet-Lite0, batch 32):", "",
               "| contender | images/s | × torch (runs) | e2e images/s | worker load s |", "|---|---|---|---|---|"]
     for name in CLASSIFY:
