@@ -79,7 +79,7 @@ class EmbedOptions:
                 "the onnx extra is installed, or with --quantize; else torch).",
         "flag": "--backend", "default_help": "torch"})
     quantize: str = field(default="", metadata={
-        "help": "int8: dynamic int8 quantization of the ONNX model (about 1.6x fp32 ONNX on CPU; cosine to fp32 "
+        "help": "int8: dynamic int8 quantization of the ONNX model (about 1.5-2x fp32 ONNX on CPU; cosine to fp32 "
                 ">= 0.98 on sentences). Part of the output's fingerprint: rows never mix.",
         "flag": "--quantize", "default_help": "none (fp32)"})
 
