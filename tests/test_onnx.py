@@ -373,6 +373,12 @@ def test_int8_vectors_stay_within_cosine_098_of_fp32_on_the_corpus_and_cache_apa
     int8 = ob.OnnxTextEncoder(minilm.transformer_dir, threads=2, quantize="int8", cache_root=cache)
     assert int8.path != encoder.path and int8.path.stat().st_size < 0.7 * encoder.path.stat().st_size
     assert b"MatMulInteger" in int8.path.read_bytes()  # int8 weights; the embedding tables stay fp32
+    kept = ob.kept_fp32(encoder.path)
+    assert kept == ["/model/encoder/layer.0/output/dense/MatMul"]  # the first FFN down-projection
+    import onnx
+
+    ops = {node.name: node.op_type for node in onnx.load(str(int8.path)).graph.node}
+    assert ops[kept[0]] == "MatMul" and "/model/encoder/layer.1/output/dense/MatMul_quant" in ops
     corpus = texts[len(SHORT):]
     for batch in [SHORT, *_batches(corpus, 8)]:
         ids, mask = _padded(tokenizer, batch)
@@ -437,6 +443,14 @@ def test_encoders_with_and_without_token_type_ids_export_and_equal_torch(tmp_pat
     assert np.abs(got - expected.numpy())[mask.astype(bool)].max() < 1e-4
 
 
+def test_cpu_sessions_let_idle_threads_sleep_instead_of_spinning(tmp_path):
+    """A CPU worker shares the cores with the parent's reader and writer (see the module doc)."""
+    encoder = ob.OnnxTextEncoder(_tiny(tmp_path / "bert", "bert"), threads=2, cache_root=tmp_path / "cache")
+    options = encoder.session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.intra_op_num_threads == 2
+
+
 def _build_in_process(entry: str, marker: str) -> tuple[bytes, bool]:
     """Runs in a spawned process: builds slowly, leaving a marker per build."""
     def build(out: Path) -> None:
@@ -461,3 +475,96 @@ def test_two_processes_exporting_at_once_build_once_and_both_load_the_whole_file
         results = [f.result(timeout=120) for f in futures]
     assert marker.read_text() == "built\n"
     assert sorted(results, key=lambda r: r[1]) == [(b"part one, part two", False), (b"part one, part two", True)]
+
+
+# --- gpucli end to end: the CLI with --backend onnx and --quantize int8 -------------------------------
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from gpucli.cli import app
+
+    return CliRunner().invoke(app, [*args, "--devices", "cpu", "--quiet", "--json"])
+
+
+def _table(out: Path):
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(str(out), format="parquet").to_table()
+    return table.sort_by([(name, "ascending") for name in ("path", "chunk") if name in table.column_names])
+
+
+def _metadata(out: Path) -> dict[str, str]:
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(next(out.glob("part-*.parquet"))).metadata
+    return {k.decode(): v.decode() for k, v in meta.items()}
+
+
+def _embeddings(out: Path):
+    import numpy as np
+
+    table = _table(out)
+    return np.asarray(table.column("embedding").combine_chunks().flatten()).reshape(table.num_rows, -1)
+
+
+@pytest.fixture
+def onnx_cache(tmp_path_factory, monkeypatch):
+    """One ONNX cache for the CLI tests, through XDG_CACHE_HOME (spawned workers inherit it)."""
+    root = tmp_path_factory.getbasetemp() / "cli-onnx-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(root))
+    return root / "gpucli" / "onnx"
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_gpucli_embed_with_onnx_writes_the_torch_vectors_and_int8_asks_for_full(tmp_path, onnx_cache):
+    docs = ROOT / "sample_data" / "docs"
+    torch_out, out = tmp_path / "torch.parquet", tmp_path / "onnx.parquet"
+    assert _cli("embed", str(docs), "--out", str(torch_out)).exit_code == 0
+    first = _cli("embed", str(docs), "--out", str(out), "--backend", "onnx")
+    assert first.exit_code == 0, first.stderr
+    assert _metadata(out)["gpucli.runtime"] == "onnx" and _metadata(out)["gpucli.quantize"] == ""
+    assert _table(out).column("path").to_pylist() == _table(torch_out).column("path").to_pylist()
+    assert _row_cos(_embeddings(out), _embeddings(torch_out)).min() >= 0.9999  # every row, padded batches too
+    fp32_entries = {p: p.stat().st_mtime_ns for p in onnx_cache.glob("*/model.onnx")}
+    assert len(fp32_entries) == 1
+
+    refused = _cli("embed", str(docs), "--out", str(out), "--backend", "onnx", "--quantize", "int8")
+    assert refused.exit_code == 2 and "--full" in refused.stderr  # int8 rows never mix with fp32 rows
+    done = _cli("embed", str(docs), "--out", str(out), "--backend", "onnx", "--quantize", "int8", "--full")
+    assert done.exit_code == 0, done.stderr
+    meta = _metadata(out)
+    assert meta["gpucli.quantize"] == "int8" and meta["gpucli.quantize_recipe"] == ob.QUANTIZE_RECIPE
+    assert _row_cos(_embeddings(out), _embeddings(torch_out)).min() >= 0.98
+    assert {p: p.stat().st_mtime_ns for p in fp32_entries} == fp32_entries  # the fp32 export was reused, not redone
+    assert len(list(onnx_cache.glob("*/model.onnx"))) == 2
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_gpucli_classify_with_onnx_gives_the_torch_labels_on_every_sample_image(tmp_path, onnx_cache):
+    images = ROOT / "sample_data" / "images"
+    outs = {backend: tmp_path / f"{backend}.parquet" for backend in ("torch", "onnx")}
+    for backend, out in outs.items():
+        result = _cli("classify", str(images), "--out", str(out), "--backend", backend)
+        assert result.exit_code == 0, result.stderr
+    tables = {backend: _table(out) for backend, out in outs.items()}
+    assert tables["onnx"].num_rows == tables["torch"].num_rows == len(IMAGES)
+    assert tables["onnx"].column("label").to_pylist() == tables["torch"].column("label").to_pylist()
+    assert _metadata(outs["onnx"])["gpucli.runtime"] == "onnx"
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [(0, "onnx"), (2, "torch")])
+@pytest.mark.parametrize("task_name", ["embed", "classify"])
+def test_auto_picks_by_the_host_and_the_workers_run_the_parents_choice(monkeypatch, task_name, gpus, expected):
+    from gpucli.tasks import TaskSpec, create_task
+
+    monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: gpus)
+    spec = TaskSpec(task_name, create_task(TaskSpec(task_name, "")).default_model, options={"backend": "auto"})
+    parent = create_task(spec)
+    parent.open()
+    assert parent.runtime == expected and parent.options.backend == "auto"  # the fingerprint holds `auto`
+    monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: 1 if gpus == 0 else 0)  # a worker that sees otherwise
+    worker = create_task(spec)
+    worker.open()
+    assert worker.runtime == expected

@@ -23,6 +23,33 @@ def onnx_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
 
 
+def host_devices() -> list[str]:
+    """The device kind `auto` decides by: this host's, not this run's (a GPU host stays on torch
+    even for a `--devices cpu` run), so that every run of one host makes the same choice and its
+    outputs' fingerprints stay put. No CUDA context is created (gpucli.devices)."""
+    from gpucli.devices import visible_gpu_count
+
+    return ["cuda"] if visible_gpu_count() > 0 else ["cpu"]
+
+
+def pin_choice(options: dict, runtime: str) -> None:
+    """Write the parent's resolved backend into the TaskSpec's options that the workers are built
+    from, so that no worker decides `auto` again on its own (a Ray CPU actor sees no GPU, and
+    would pick otherwise). The task's own options, which the fingerprint holds, keep `auto`."""
+    if options.get("backend") == "auto":
+        options["backend"] = runtime
+
+
+def quantize_info(quantize: str) -> dict[str, str]:
+    """Output metadata for --quantize. With int8 the recipe too: it enters the ledger's fingerprint,
+    so rows of two recipes (their vectors differ) never mix in one output without --full."""
+    if not quantize:
+        return {"gpucli.quantize": ""}
+    from gpucli.backends.onnx import QUANTIZE_RECIPE  # stdlib-only at import: the parent may import it
+
+    return {"gpucli.quantize": quantize, "gpucli.quantize_recipe": QUANTIZE_RECIPE}
+
+
 def worker_threads(default: int = 1) -> int:
     """The intra-op threads a worker may use: the worker sets OMP_NUM_THREADS to its share of the
     cores before `setup` (gpucli.worker.limit_threads), so the ONNX session sizes itself the same."""
@@ -37,7 +64,7 @@ def resolve_backend(choice: str, devices: list[str], quantize: str = "", onnx_on
     on every run of one host: `torch` or `onnx`.
 
     `auto` picks onnx when int8 is asked for, or when every device is a CPU, the task says ONNX
-    is faster there for this model (`onnx_on_cpu`, from benchmarks/onnx_bench.py) and the onnx
+    is faster there for this model (`onnx_on_cpu`, from benchmarks/onnx_e2e.py) and the onnx
     extra is installed; else torch (GPUs stay on torch: onnxruntime-gpu is not measured yet)."""
     if choice not in BACKENDS:
         raise UsageError(f"--backend {choice!r}: choose one of {', '.join(BACKENDS)}")

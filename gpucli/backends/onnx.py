@@ -22,18 +22,37 @@ truncated or half-written file is rebuilt (under the lock), never loaded. Two ru
 once: one exports, the other waits on the lock and then loads what the first wrote.
 
 Quantization (`int8`): `onnxruntime.quantization.quantize_dynamic` of the fp32 export: int8
-weights per output channel, MatMul only (the embedding tables stay fp32); activations are
-quantized per batch at run time, so an int8 vector depends slightly on its batch-mates.
-Measured on the default embed model, interleaved, median of 3, batches of 32 sorted by length,
-min cosine to fp32 over 256 one-sentence and 32 230-token texts of benchmarks/corpus.py:
-  per-tensor weights                      short 1.97x fp32, cos 0.927; long 1.36x, cos 0.894
-  per-channel weights (this recipe)       short 1.84x fp32, cos 0.987; long 1.62x, cos 0.991
-  per-channel, FFN down-projections fp32  short 1.45x fp32, cos 0.992; long 1.35x, cos 0.996
-Tiny texts pool the fewest tokens and drift most: "ok" (3 tokens) 0.957 with this recipe, 0.977
-with the down-projections kept fp32, which cost a fifth of the speed; int8 is the opt-in for speed.
+weights per output channel, MatMul only (the embedding tables stay fp32), except the first
+layer's FFN down-projection (the first MatMul whose weight narrows, in > out), which stays fp32.
+Activations are quantized per tensor per batch at run time (u8, as ORT's dynamic quantization
+always does), so an int8 vector depends slightly on its batch-mates. Why that one node: kept fp32
+one at a time, the six down-projections gave short top-10 0.922 (layer 0), 0.910, 0.924, 0.908,
+0.896, 0.896 and layer 0's the best min cos (0.988); keeping all six fp32 scores higher still but
+costs ~20% of int8's speed (below). Measured on the
+default embed model (benchmarks/corpus.py: 512 one-sentence and 64 230-token texts, batches of 32
+sorted by length; top-10 = mean overlap of the 10 nearest texts of 50 queries with fp32's):
+  recipe (weights per channel unless said)     short: min cos, top-10     long: min cos, top-10
+  per-tensor weights                               0.934  0.800               0.895  0.820
+  per channel, every MatMul (the former recipe)    0.984  0.896               0.987  0.922
+  per channel, reduce_range (7-bit, ORT's avx2)    0.980  0.888               0.987  0.924
+  all layers' FFN down-projections fp32            0.991  0.928               0.996  0.940
+  layer 0 fp32 (6 MatMuls)                         0.986  0.914               0.993  0.936
+  layer 5 fp32                                     0.985  0.892               0.987  0.920
+  layer 0's down-projection fp32 (this recipe)     0.988  0.922               0.993  0.932
+Speed: one of 36 weight MatMuls (1/18 of their FLOPs) kept fp32 cost nothing measurable on this
+shared 2-core machine (int8 / fp32 ONNX, interleaved, load ~6: every MatMul 1.50x short, 1.83x long;
+this recipe 1.62x, 1.85x); all six down-projections cost ~20% (1.84x -> 1.45x fp32 on short texts,
+earlier, quieter). Layer 0's whole block (1/6 of the FLOPs) was next best but scored lower.
+Tiny texts (3 tokens: "ok") pool the fewest tokens and drift most (~0.96-0.97).
 
 Sessions. One `InferenceSession` per worker, built in the worker (`OnnxTextEncoder`,
-`OnnxImageClassifier`), intra-op threads = the worker's share of the cores, inter-op 1.
+`OnnxImageClassifier`), intra-op threads = the worker's share of the cores, inter-op 1. On CPU
+the intra-op threads sleep when idle instead of spinning (ORT spins by default): a CPU worker
+shares the cores with the parent's reader, tokenizer and writer, and spinning threads took their
+time. Measured, `gpucli embed` 1000 one-sentence files / 100 230-token files on 2 shared cores
+(load ~4), interleaved, docs/s spinning -> not: short 106 -> 126, 59 -> 77, 60 -> 177; long 12.8
+-> 11.5, 12.9 -> 21.1, 7.2 -> 21.2; int8 long 18.9 -> 34.4, 20.9 -> 32.0 (libgomp, under torch,
+spins only briefly before it sleeps).
 `device="cuda[:N]"` uses CUDAExecutionProvider, which `onnxruntime-gpu` provides.
 """
 
@@ -63,7 +82,7 @@ WEIGHT_GLOBS = ("config.json", "*.safetensors", "*.safetensors.index.json", "pyt
                 "pytorch_model.bin.index.json")
 EXTRA_INSTALL = "pip install 'gpucli[onnx]'  (onnxruntime and onnx; onnxruntime-gpu instead on CUDA hosts)"
 LITE0 = "efficientnet-lite0"
-QUANTIZE_RECIPE = "int8 weights per channel, MatMul only"
+QUANTIZE_RECIPE = "int8 weights per channel, MatMul only, first FFN down-projection fp32"
 
 
 # --- where, and under which key ----------------------------------------------------------------
@@ -333,9 +352,24 @@ def _quantize(fp32: Path, out: Path) -> None:
     logging.disable(logging.WARNING)  # "consider pre-processing" advice on the root logger, per call
     try:
         quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul"])
+                         op_types_to_quantize=["MatMul"], nodes_to_exclude=kept_fp32(fp32))
     finally:
         logging.disable(logging.NOTSET)
+
+
+def kept_fp32(model: Path) -> list[str]:
+    """The MatMul that int8 leaves in fp32 (see the module doc): the first one whose constant
+    weight narrows (rows > columns), i.e. the first FFN down-projection of a BERT-like encoder.
+    None for a graph without one."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    shapes = {init.name: tuple(init.dims) for init in graph.initializer}
+    for node in graph.node:
+        shape = shapes.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) > 1 else None
+        if shape and len(shape) == 2 and shape[0] > shape[1]:
+            return [node.name]
+    return []
 
 
 class OnnxTextEncoder:
@@ -428,6 +462,8 @@ def load_session(model: bytes | str | Path, threads: int, device: str = "cpu") -
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # errors only: the worker's stderr is the user's terminal
+    if not device.startswith("cuda"):
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # see the module doc
     source = model if isinstance(model, bytes) else str(model)
     return ort.InferenceSession(source, options, providers=providers(device, ort.get_available_providers()))
 

@@ -47,8 +47,9 @@ class ClassifyOptions:
 
     backend: str = field(default="torch", metadata={
         "help": "Inference runtime: torch; onnx (ONNX Runtime, the default EfficientNet-Lite0 only: the model is "
-                "exported once into ~/.cache/gpucli/onnx; ~4.9x torch on CPU; pip install 'gpucli[onnx]'); "
-                "auto (= torch).", "flag": "--backend", "default_help": "torch"})
+                "exported once into ~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); "
+                "auto (onnx for it on a host without a GPU, else torch).", "flag": "--backend",
+        "default_help": "torch"})
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "torch", "onnx"):
@@ -330,15 +331,19 @@ class ClassifyTask(Task):
             if not self._opened:
                 self._backend.open()
                 self._opened = True
+                from gpucli.backends import pin_choice
+
+                pin_choice(self.spec.options, self.runtime)  # issue 16: workers run what the parent chose
 
     @property
     def runtime(self) -> str:
-        """torch or onnx (`auto` stays on torch: the parent cannot know the workers' devices here)."""
-        if self.options.backend != "onnx":
-            return "torch"
-        from gpucli.backends import resolve_backend
+        """torch or onnx. `auto`: onnx for the default model on a host without a GPU when the onnx
+        extra is installed (benchmarks/RESULTS.md, ONNX: same top-1, faster), else torch."""
+        from gpucli.backends import host_devices, resolve_backend
 
-        return resolve_backend("onnx", [], "")
+        if self.options.backend == "auto":
+            return resolve_backend("auto", host_devices(), "", onnx_on_cpu=self.spec.model == LITE0)
+        return resolve_backend(self.options.backend, [], "")
 
     def info(self) -> dict[str, str]:
         self.open()

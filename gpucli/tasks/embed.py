@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucli.backends import resolve_backend
+from gpucli.backends import host_devices, pin_choice, quantize_info, resolve_backend
 from gpucli.errors import InputError, UsageError
 from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import Failure, Item, Items, Ragged, Source
@@ -75,11 +75,11 @@ class EmbedOptions:
     # --- end model fidelity --------------------------------------------------------------------------------
     backend: str = field(default="torch", metadata={
         "help": "Inference runtime: torch; onnx (ONNX Runtime: the model is exported once into "
-                "~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); auto (onnx when --quantize asks for it, "
-                "else torch: on this kind of CPU fp32 ONNX measured no faster than torch).",
+                "~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); auto (onnx on a host without a GPU when "
+                "the onnx extra is installed, or with --quantize; else torch).",
         "flag": "--backend", "default_help": "torch"})
     quantize: str = field(default="", metadata={
-        "help": "int8: dynamic int8 quantization of the ONNX model (about 1.5x faster on CPU; cosine to fp32 "
+        "help": "int8: dynamic int8 quantization of the ONNX model (about 1.5-2x fp32 ONNX on CPU; cosine to fp32 "
                 ">= 0.98 on sentences). Part of the output's fingerprint: rows never mix.",
         "flag": "--quantize", "default_help": "none (fp32)"})
 
@@ -165,7 +165,10 @@ class EmbedTask(Task):
             taken = f" ({len(self.prompt_ids)} go to the prompt {self.prompt!r})" if self.prompt_ids else ""  # issue 14
             raise UsageError(f"--chunk-overlap {self.options.chunk_overlap} must be below the chunk's "
                              f"{self.window} text tokens{taken}")
-        self.runtime = resolve_backend(self.options.backend, [], self.options.quantize, onnx_on_cpu=False)
+        # issue 16: `auto` = onnx on a host without a GPU (benchmarks/RESULTS.md, ONNX: equal vectors, faster)
+        self.runtime = resolve_backend(self.options.backend, host_devices() if self.options.backend == "auto" else [],
+                                       self.options.quantize, onnx_on_cpu=True)
+        pin_choice(self.spec.options, self.runtime)
         self.pad_id = int(config.get("pad_token_id") or 0)
         hidden = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
         self.dims = hidden * len(self.st.pooling)  # model fidelity (issue 14): modes concatenate
@@ -186,7 +189,7 @@ class EmbedTask(Task):
         return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
                 "gpucli.max_tokens": str(self.max_tokens),
                 **st_info(self.st, self.options.normalize, self.prompts), **hub_info(self.resolved),
-                "gpucli.runtime": self.runtime, "gpucli.quantize": self.options.quantize}  # model fidelity (issue 14)
+                "gpucli.runtime": self.runtime, **quantize_info(self.options.quantize)}  # issues 14, 16
 
     def schema(self):
         import pyarrow as pa
@@ -267,11 +270,7 @@ class EmbedTask(Task):
     # --- worker ---------------------------------------------------------------------------
     def setup(self, device: str) -> None:
         import torch
-        from transformers import AutoModel
-        from transformers.utils import logging
 
-        logging.set_verbosity_error()
-        logging.disable_progress_bar()
         self._in_worker = True
         self.open()  # the special tokens and the prompt that frame each row (no torch; milliseconds)
         if self.resolved.source == "package":
@@ -286,7 +285,12 @@ class EmbedTask(Task):
 
             self.encoder = OnnxTextEncoder(self.st.transformer_dir, threads=worker_threads(),
                                            quantize=self.options.quantize or None, device=device)
-        else:
+        else:  # transformers is imported for torch only: the ONNX worker loads ~1-2 s faster without it
+            from transformers import AutoModel
+            from transformers.utils import logging
+
+            logging.set_verbosity_error()
+            logging.disable_progress_bar()
             self.model = AutoModel.from_pretrained(self.st.transformer_dir, dtype=dtype).to(self.device).eval()
             self.pad_id = int(getattr(self.model.config, "pad_token_id", 0) or 0)
         self.pin = self.device.type == "cuda" and self.encoder is None
