@@ -81,6 +81,7 @@ class Output:
             self.ledger = self._open_ledger({**settings, "weights": _weights_signature(
                 metadata.get("gpucli.model_path", ""))}, metadata.get("gpucli.version", ""))
             self.failures = FailureLog(self.sink.failures_path)
+            self.sink.widen()  # only once the ledger took this run: a refused run changes nothing
         except BaseException:
             self.sink.close()  # frees what the sink holds (embedded Qdrant locks its directory)
             if self.ledger is not None:

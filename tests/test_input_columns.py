@@ -75,3 +75,18 @@ def test_an_output_from_before_the_columns_gains_them_without_full(tree, tmp_pat
     frame = __import__("pandas").read_parquet(out)
     assert frame.set_index("path").loc["c.txt", "digest"] == expected(root, "c.txt")[2]
     assert frame.set_index("path")["size"].isna().sum() == 2
+
+
+def test_a_run_the_ledger_refuses_leaves_an_older_output_as_it_was(tree, tmp_path):
+    from gpucli.errors import UsageError
+
+    root = tree({"a.txt": "one two\n"})
+    out = tmp_path / "out.parquet"
+    assert run_fake(root, str(out)).exit_code == 0
+    part = next(out.glob("part-*.parquet"))
+    old = pq.read_table(part)
+    pq.write_table(old.drop_columns(PER_INPUT).replace_schema_metadata(old.schema.metadata), part)
+    before = part.read_bytes()
+    with pytest.raises(UsageError, match="--full"):
+        run_fake(root, str(out), task_options={"sleep_ms": 1.0})  # other settings: refused
+    assert part.read_bytes() == before

@@ -58,6 +58,10 @@ class Sink:
         """Prepare the output (create the directory or collection, check dims).
         Raise `UsageError` when the output cannot take this schema."""
 
+    def widen(self) -> None:
+        """After the ledger accepted this run's settings: bring what earlier runs wrote up to
+        the schema `open` was given, where readers need it (see ParquetSink)."""
+
     def write(self, table: pa.Table) -> str | None:
         """Write rows durably (columns: `path` + the task's schema). Returns where they went
         (a part name) when the sink keeps rows in separate places, else None."""

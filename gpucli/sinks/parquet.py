@@ -60,9 +60,8 @@ class ParquetSink(Sink):
             leftover.unlink()  # a part a killed run never finished
         self._schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
         self._next = max((int(m.group(1)) + 1 for m in map(PART.match, os.listdir(self.dir)) if m), default=0)
-        self._widen_first_part()
 
-    def _widen_first_part(self) -> None:
+    def widen(self) -> None:
         """An output written before a column existed (the per-input `size`, `mtime`, `digest`):
         new parts carry it, and the first part gets it as nulls. Dataset readers (pyarrow,
         pandas, polars) take the schema of the first file, so they then show the column, null
