@@ -148,7 +148,7 @@ class _Walker:
                 yield from self._alias(str(root), rel, real_root, explicit=True)
             elif real_root not in self.seen_dirs:
                 found = 0
-                for found, item in enumerate(self._tree(str(root), real_root), 1):
+                for found, item in enumerate(self._tree(str(root), real_root), 1):  # noqa: B007 - read after the loop
                     yield item
                 if not found and rel not in self.report.unlisted:
                     self.report.empty_roots.append(rel)
