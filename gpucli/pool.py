@@ -178,7 +178,22 @@ class WorkerPool:
         # Handed to the worker's sender thread without waiting for the write: the in-flight
         # limit already bounds what is queued, and a wake-up per batch cost the loop more than
         # the send itself. A failed write is the receiver thread's to see (it requeues the batch).
-        self._senders[worker.index].submit(_send_quietly, worker.conn, (batch.id, packed))
+        sent = self._senders[worker.index].submit(_send_quietly, worker.conn, (batch.id, packed))
+        sent.add_done_callback(lambda done: self._check_sent(worker, batch.id, done))
+
+    def _check_sent(self, worker: Worker, batch_id: int, done: Any) -> None:
+        """Sender thread: a batch that could not be sent for another reason than a dead worker
+        (a payload that does not pickle) fails its inputs, instead of waiting for a timeout."""
+        error = done.exception()
+        if error is not None:
+            self._loop.call_soon_threadsafe(self._send_failed, worker, batch_id, error)
+
+    def _send_failed(self, worker: Worker, batch_id: int, error: BaseException) -> None:
+        record = self._finish(worker, batch_id)
+        if record is not None:
+            self.events.on_batch_failed(record.batch, f"could not send the batch to its worker: "
+                                                      f"{type(error).__name__}: {error}")
+        self.notify()
 
     def in_flight_count(self) -> int:
         return sum(len(w.in_flight) for w in self.workers)
@@ -223,14 +238,17 @@ class WorkerPool:
 
     # --- receiving (thread -> loop) -------------------------------------------------------
     def _receive(self, worker: Worker, conn: Any, process: Any) -> None:
-        while True:
+        open_ = True
+        while open_:
+            messages: list[tuple] = []
             try:
-                messages = [conn.recv()]
+                messages.append(conn.recv())
                 while len(messages) < RECEIVE_DRAIN and conn.poll():  # what is waiting: one wake-up of the loop
                     messages.append(conn.recv())
             except (EOFError, OSError):
-                break
-            self._loop.call_soon_threadsafe(self._on_messages, worker, process, messages)
+                open_ = False  # the worker is gone; what it sent before still counts
+            if messages:
+                self._loop.call_soon_threadsafe(self._on_messages, worker, process, messages)
         process.join(5.0)
         self._loop.call_soon_threadsafe(self._on_exit, worker, process)
 
