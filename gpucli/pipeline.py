@@ -2,7 +2,7 @@
 
 One input, from the walk to the ledger:
 
-    reader.walk -> reader.read_chunk (thread: read, hash, task.prepare_many: a block of items)
+    reader.walk -> reader.read_chunk (reader thread or process: read, hash, task.prepare_many)
       -> Accounts.read (ends failed and unchanged inputs; expects the block's items)
       -> BlockQueue -> Batcher.next (a sorted window cut into batches)
       -> WorkerPool.send -> worker: task.predict -> WorkerPool (result, or recovery's decision)
@@ -10,7 +10,7 @@ One input, from the walk to the ledger:
          its items are back) -> Writer thread: sink.write(part) -> Accounts.commit (ledger)
       -> Accounts.durable (counted done)
 
-The event loop only routes: file I/O and tokenizing run in reader threads, models in the
+The event loop only routes: file I/O and tokenizing run in reader threads or processes, models in the
 workers, sink calls in the writer thread. Every input ends as rows or one failure record.
 """
 
