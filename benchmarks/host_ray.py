@@ -98,9 +98,7 @@ if __name__ == "__main__":
     else:
         import tempfile
 
-        from benchmarks.common import median as _median
-
         ctx = Context(quick="--quick" in sys.argv, reps=1, tmp=Path(tempfile.mkdtemp(prefix="gpucli-host-ray-")),
                       log=lambda m: print(m, file=sys.stderr, flush=True))
         for f in run(ctx):
-            print(f"{f.name}: {f.runs} (median {_median(f.runs) if f.runs else None}) {f.note}")
+            print(f"{f.name}: {f.runs} (median {median(f.runs) if f.runs else None}) {f.note}")
