@@ -36,7 +36,7 @@ from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EX
 from gpucli.output import Output
 from gpucli.progress import Counts, Progress, make_progress
 from gpucli.reader import Found, ReadChunk, WalkFilter, WalkReport, walk
-from gpucli.records import Failure, Items, Source
+from gpucli.records import Failure, Items, Source, concat_outputs
 from gpucli.tasks import Task, TaskSpec, get_task
 from gpucli.writer import COMPLETE, DONE, FAILED, OPEN, Part, PartBuffer, rows_to_table
 
@@ -401,18 +401,34 @@ class Accounts:
         self.waiting = np.concatenate([self.waiting, np.zeros(size - len(self.waiting), np.int32)])
 
     # --- from the models --------------------------------------------------------------------
-    def outputs(self, items: Items, outputs: Any) -> None:
-        """One batch's outputs: its rows into the buffer."""
-        self.counts.items += len(items)
-        self.counts.cost += items.total_cost
+    def outputs_many(self, finished: list[tuple[Items, Any]]) -> None:
+        """The outputs of several batches that came back together, as one block of rows (one
+        Arrow table, not one per batch). Should the block's outputs not make rows together,
+        each batch goes on its own, so that a bad output costs only its own batch's inputs."""
+        if len(finished) > 1 and not self.task.merges_rows:
+            outputs = concat_outputs([out for _, out in finished])
+            if outputs is not None:
+                items = Items.concat([items.without_payload() for items, _ in finished])
+                if self.outputs(items, outputs, alone=False):
+                    return
+        for items, out in finished:
+            self.outputs(items, out)
+
+    def outputs(self, items: Items, outputs: Any, alone: bool = True) -> bool:
+        """One batch's outputs: its rows into the buffer. False (nothing done) when the rows of
+        a block that is not `alone` cannot be made, so that its batches go one by one."""
         try:
             if self.task.merges_rows:
                 good, bad = self.task.item_rows(items, outputs)
             else:
                 table, bad = self.task.rows(items, outputs)
         except Exception as exc:  # noqa: BLE001 - a bad output costs its inputs, not the run
+            if not alone:
+                return False
+            self._count(items)
             self.fail_items(items, "infer", f"unusable model output: {type(exc).__name__}: {exc}")
-            return
+            return True
+        self._count(items)
         for position, reason in bad:
             self.fail_source(int(items.source_ids[position]), "infer", reason)
         if self.task.merges_rows:
@@ -425,6 +441,11 @@ class Accounts:
             keep[[position for position, _ in bad]] = False
             self._add_rows(table, items.source_ids[keep], items.index[keep])
         self._arrived(items.source_ids)
+        return True
+
+    def _count(self, items: Items) -> None:
+        self.counts.items += len(items)
+        self.counts.cost += items.total_cost
 
     def _add_rows(self, table: Any, ids: np.ndarray, index: np.ndarray) -> None:
         gone = Source(-1, "", "")  # an input that failed meanwhile: its rows are dropped at the part

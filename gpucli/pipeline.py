@@ -233,8 +233,8 @@ class Pipeline:
             await asyncio.sleep(0.02)
 
     # --- results (called on the loop by the pool) -------------------------------------------
-    def _on_outputs(self, batch: Batch, outputs, seconds: float) -> None:
-        self.job.accounts.outputs(batch.items, outputs)
+    def _on_outputs(self, finished: list) -> None:
+        self.job.accounts.outputs_many(finished)
         self.writer.added()
 
     def _on_batch_failed(self, batch: Batch, reason: str) -> None:

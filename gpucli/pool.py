@@ -25,7 +25,7 @@ from typing import Any
 
 from gpucli import recovery
 from gpucli.errors import GpucliError, RunFailedError, WorkerSetupError
-from gpucli.records import Batch
+from gpucli.records import Batch, Items
 from gpucli.tasks import Task, TaskSpec
 from gpucli.worker import STOP, worker_main
 
@@ -55,9 +55,11 @@ class Worker:
 
 @dataclass
 class PoolEvents:
-    """What the pool tells the run: a batch's outputs, a batch whose only item failed for good."""
+    """What the pool tells the run: the outputs of batches that finished (items and outputs,
+    in the order they came back: those one wake-up of the loop brought, at once), and a batch
+    whose only item failed for good."""
 
-    on_outputs: Callable[[Batch, Any, float], None]
+    on_outputs: Callable[[list[tuple[Items, Any]]], None]
     on_batch_failed: Callable[[Batch, str], None]
     log: Callable[[str], None] = lambda message: None
     on_oom: Callable[[int], None] = lambda batch_size: None
@@ -253,9 +255,14 @@ class WorkerPool:
         self._loop.call_soon_threadsafe(self._on_exit, worker, process)
 
     def _on_messages(self, worker: Worker, process: Any, messages: list[tuple]) -> None:
+        """The results among these go to the run together: its bookkeeping is per wake-up,
+        not per batch (on one-sentence files a batch's rows cost the loop more than its sending)."""
+        finished: list[tuple[Items, Any]] = []
         try:
             for message in messages:
-                self._handle(worker, process, message)
+                self._handle(worker, process, message, finished)
+            if finished:
+                self.events.on_outputs(finished)
         except Exception as exc:  # noqa: BLE001 - a bug here must stop the run, not hang it
             import traceback
 
@@ -263,7 +270,7 @@ class WorkerPool:
                                         f"{type(exc).__name__}: {exc}. This is a bug.\n{traceback.format_exc()}")
             self.notify()
 
-    def _handle(self, worker: Worker, process: Any, message: tuple) -> None:
+    def _handle(self, worker: Worker, process: Any, message: tuple, finished: list[tuple[Items, Any]]) -> None:
         if worker.process is not process:
             return  # a message from a worker already replaced
         kind = message[0]
@@ -278,7 +285,7 @@ class WorkerPool:
             worker.infer_s += seconds
             record = self._finish(worker, batch_id)
             if record is not None:
-                self.events.on_outputs(record.batch, outputs, seconds)
+                finished.append((record.batch.items, outputs))
         elif kind == "error":
             _, batch_id, error_kind, text = message
             record = self._finish(worker, batch_id)

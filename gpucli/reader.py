@@ -417,11 +417,12 @@ def _read_fd(fd: int, limit: int) -> bytes:
     cost a fifth of the reader's time on one-sentence files)."""
     parts, got = [], 0
     while got < limit:
-        part = os.read(fd, limit - got)
-        if not part:
-            break
+        want = limit - got
+        part = os.read(fd, want)
         parts.append(part)
         got += len(part)
+        if len(part) < want:  # a short read of a regular file is its end: no read to see b""
+            break
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 

@@ -140,7 +140,12 @@ class Items:
         if len(blocks) == 1:
             return blocks[0]
         payloads = [b.payload for b in blocks]
-        payload = Ragged.concat(payloads) if isinstance(payloads[0], Ragged) else [p for ps in payloads for p in ps]
+        if any(p is None for p in payloads):  # batches whose payloads are in a worker
+            payload = None
+        elif isinstance(payloads[0], Ragged):
+            payload = Ragged.concat(payloads)
+        else:
+            payload = [p for ps in payloads for p in ps]
         return Items(np.concatenate([b.source_ids for b in blocks]), np.concatenate([b.index for b in blocks]),
                      np.concatenate([b.cost for b in blocks]), payload,
                      {name: np.concatenate([b.meta[name] for b in blocks]) for name in blocks[0].meta})
@@ -154,6 +159,17 @@ class Items:
                      np.fromiter((i.cost for i in items), np.int64, len(items)),
                      [i.payload for i in items],
                      {name: object_column([i.meta.get(name) for i in items]) for name in names})
+
+
+def concat_outputs(outputs: list[Any]) -> Any:
+    """Several batches' outputs as one, in order: matrices stacked, lists joined; None when
+    they are of different kinds (the caller then takes them one by one)."""
+    if all(isinstance(o, np.ndarray) for o in outputs):
+        shapes = {o.shape[1:] for o in outputs}
+        return np.concatenate(outputs) if len(shapes) == 1 else None
+    if all(isinstance(o, list) for o in outputs):
+        return [value for o in outputs for value in o]
+    return None
 
 
 def take_payload(payload: Any, idx: np.ndarray) -> Any:

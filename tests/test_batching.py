@@ -131,7 +131,7 @@ def test_cpu_runs_use_the_tasks_cpu_batch_size_and_flags_still_win():
     from gpucli.tasks.embed import EmbedTask
 
     config = RunConfig(task="embed", paths=("x",))
-    assert batch_caps(config, EmbedTask, ["cpu"]).max_items == EmbedTask.cpu_batch_size == 32
+    assert batch_caps(config, EmbedTask, ["cpu"]).max_items == EmbedTask.cpu_batch_size == 64
     assert batch_caps(config, EmbedTask, ["cpu"]).max_cost == EmbedTask.cpu_max_cost == 2048
     assert batch_caps(config, EmbedTask, ["cuda:0"]).max_cost == EmbedTask.default_max_cost
     assert batch_caps(config, EmbedTask, ["cuda:0", "cuda:1"]).max_items == EmbedTask.default_batch_size == 64

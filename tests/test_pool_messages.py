@@ -61,3 +61,68 @@ def test_a_batch_that_cannot_be_sent_fails_its_inputs_at_once():
 
     asyncio.run(scenario())
     assert len(failed) == 1 and "could not send the batch" in failed[0][1]
+
+
+def _accounts_for(task):
+    from gpucli.core import Accounts, RunSummary, output_schema
+    from gpucli.progress import Counts
+
+    output = types.SimpleNamespace(failed=lambda failure: False)
+    return Accounts(task, output, RunSummary(task="t", model="m"), Counts(), output_schema(task))
+
+
+def _embed_batches(task, counts: list[int]):
+    """Blocks of one-window items (one input each), as the reader hands them, and their sources."""
+    from gpucli.records import Source
+
+    blocks, sources, next_id = [], [], 0
+    for count in counts:
+        ids = np.arange(next_id, next_id + count)
+        sources += [Source(int(i), f"f{i}.txt", f"/x/f{i}.txt", size=10, mtime_ns=1, digest=f"d{i}") for i in ids]
+        text = np.empty(count, dtype=object)
+        text[:] = [f"text {i}" for i in ids]
+        blocks.append(Items(ids, np.zeros(count, np.int64), np.full(count, 3), None,
+                            {"char_start": np.zeros(count, np.int64), "char_end": np.full(count, 6), "text": text}))
+        next_id += count
+    return blocks, sources
+
+
+def test_results_of_one_wake_up_become_rows_together_and_each_row_keeps_its_input():
+    from gpucli.tasks.embed import EmbedTask
+    from gpucli.tasks import TaskSpec
+    from gpucli.writer import COMPLETE
+
+    task = EmbedTask(TaskSpec("embed", "minilm"))
+    task.dims = 4
+    accounts = _accounts_for(task)
+    blocks, sources = _embed_batches(task, [3, 2, 4])
+    for block, start in zip(blocks, (0, 3, 5)):
+        accounts.expect(sources[start:start + len(block)], block)
+    outputs = [np.full((len(b), 4), float(n), np.float32) for n, b in enumerate(blocks)]
+    accounts.outputs_many(list(zip(blocks, outputs)))
+    assert len(accounts.buffer._tables) == 1  # one table for the three batches
+    part = accounts.take_part()
+    rows = part.table.to_pylist()
+    assert [r["path"] for r in rows] == [f"f{i}.txt" for i in range(9)]
+    assert [r["embedding"][0] for r in rows] == [0.0] * 3 + [1.0] * 2 + [2.0] * 4
+    assert [r["digest"] for r in rows] == [f"d{i}" for i in range(9)]
+    assert (accounts.status[:9] == COMPLETE).all() and accounts.counts.items == 9
+
+
+def test_a_bad_output_among_batches_that_came_back_together_fails_only_its_own_inputs():
+    from gpucli.tasks.embed import EmbedTask
+    from gpucli.tasks import TaskSpec
+
+    failures: list = []
+    task = EmbedTask(TaskSpec("embed", "minilm"))
+    task.dims = 4
+    accounts = _accounts_for(task)
+    accounts.output.failed = lambda failure: failures.append(failure) or False
+    blocks, sources = _embed_batches(task, [2, 2, 2])
+    for block, start in zip(blocks, (0, 2, 4)):
+        accounts.expect(sources[start:start + len(block)], block)
+    good = np.zeros((2, 4), np.float32)
+    accounts.outputs_many([(blocks[0], good), (blocks[1], np.zeros((2, 3), np.float32)), (blocks[2], good)])
+    assert sorted(f.path for f in failures) == ["f2.txt", "f3.txt"]
+    assert sorted(accounts.take_part().table.column("path").to_pylist()) == ["f0.txt", "f1.txt", "f4.txt", "f5.txt"]
+    assert accounts.counts.items == 6

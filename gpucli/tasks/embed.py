@@ -119,9 +119,12 @@ class EmbedTask(Task):
     cost_name = "tokens"
     default_batch_size = 64
     default_max_cost = 64 * 256
-    # On 2 CPU cores (benchmarks/README.md, embed): one-sentence texts run best ~32 a batch, and
-    # 256-token texts ~8 a batch (10-20% faster than 32): a budget of 2048 tokens gives both.
-    cpu_batch_size = 32
+    # On 2 CPU cores (benchmarks/README.md, embed) 256-token texts run best ~8 a batch (10-20%
+    # faster than 32): a budget of 2048 tokens does that. One-sentence texts ran as fast at 32
+    # and 64 a batch (sentence-transformers' sweeps: 282/331 against 294/337 docs/s); 64 halves
+    # the batches each input costs the parent and the worker (on 100k one-sentence files with a
+    # near-free model, ~0.4 ms of CPU a batch), and the budget still keeps long texts at ~8.
+    cpu_batch_size = 64
     cpu_max_cost = 2048
     # A reader holds a text, its token ids and offsets and its chunks' texts at once: ~10-15 MB per
     # MB of text since tokenizing in slices (benchmarks: ~170 MB per MB in one `encode`).
@@ -239,6 +242,8 @@ class EmbedTask(Task):
         SLICE_CHARS are tokenized in slices cut at whitespace, so that the parent's memory per
         file stays bounded (a whole 100 MB text in one `encode` peaked at ~170 MiB per MiB)."""
         small = [i for i, t in enumerate(texts) if len(t) <= SLICE_CHARS]
+        if not self.prompt and len(small) == len(texts):  # the common case, without a step per text
+            return [(enc.ids, enc.offsets) for enc in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
         out: list[tuple[Any, Any]] = [([], [])] * len(texts)
         encodings = self.tokenizer.encode_batch([self.prompt + texts[i] for i in small], add_special_tokens=False)
         for i, enc in zip(small, encodings):
