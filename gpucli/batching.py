@@ -181,15 +181,20 @@ class Batcher:
 
     async def next(self, interrupt: asyncio.Future | None = None) -> Items | None:
         """The next batch; None at the end of input, or when `interrupt` finished first (the
-        pool changed: a batch to resend, a worker back) so the caller can look again."""
-        while not self.windows.has_ready():
-            if self.input_done:
-                self.windows.cut(final=True)
-                return self.windows.pop()
-            if not self.windows.batch_full and not await self._collect(interrupt):
-                return None
-            self.windows.cut(final=self.input_done)
-        return self.windows.pop()
+        pool changed: a batch to resend, a worker back) so the caller can look again. The
+        interrupt is cancelled when the batch came first."""
+        try:
+            while not self.windows.has_ready():
+                if self.input_done:
+                    self.windows.cut(final=True)
+                    return self.windows.pop()
+                if not self.windows.batch_full and not await self._collect(interrupt):
+                    return None
+                self.windows.cut(final=self.input_done)
+            return self.windows.pop()
+        finally:
+            if interrupt is not None and not interrupt.done():
+                interrupt.cancel()
 
     async def _collect(self, interrupt: asyncio.Future | None) -> bool:
         """Take what is queued into the window; wait for the first item (or the interrupt),

@@ -148,6 +148,10 @@ class Output:
         self._publish_pending(ledger)
 
     # --- during the run ------------------------------------------------------------------
+    def all_new(self) -> bool:
+        """Whether every input found is work: no earlier run finished any (or `--full`)."""
+        return not self.incremental or not self.ledger.has_done()
+
     def lookup(self):
         """For the reader: the ledger's entries, or None for `--full`."""
         return self.ledger.lookup if self.incremental else None

@@ -41,7 +41,7 @@ from gpucli.pool import PoolEvents, WorkerPool
 from gpucli.progress import Progress
 from gpucli.reader import read_chunks
 from gpucli.records import Batch
-from gpucli.recovery import caps_after_oom
+from gpucli.recovery import caps_after_oom, lowered
 from gpucli.signals import LoopSignals
 from gpucli.writer import Writer
 
@@ -107,6 +107,8 @@ class Pipeline:
         ticker = asyncio.ensure_future(self._tick())
         self.reader = asyncio.ensure_future(self._read())  # reads while the workers load their models
         try:
+            if job.output.all_new():  # a first run: the models load while the tree is walked and read
+                self.pool.spawn()
             if await self._any_work():
                 await self._load_and_run(devices)
             elif not self.signal_received:
@@ -133,7 +135,8 @@ class Pipeline:
         where = ", ".join(sorted(set(devices)))
         self.job.counts.phase = f"loading the model in {len(devices)} worker(s) on {where}"
         self.writer.warm()
-        self.pool.spawn()
+        if not self.pool.spawned:
+            self.pool.spawn()
         self.writer.start()
         dispatcher = asyncio.ensure_future(self._dispatch())  # fills the workers' Pipes while they load
         loading = asyncio.ensure_future(self.pool.start())
@@ -207,30 +210,14 @@ class Pipeline:
             elif pool.retry:
                 await pool.send(worker, pool.retry.popleft())
             elif self.writer.busy and self.writer.backlog > 4 * self.config.part_rows:
-                await self._wait_for_writer()
-            elif (items := await self._next_items()) is not None:
+                await self.writer.drained(lambda: self.signal_received)  # backpressure: the sink is the slower
+            elif (items := await batcher.next(interrupt=pool.changed())) is not None:
                 self._batch_id += 1
                 await pool.send(worker, Batch(self._batch_id, items))
             elif batcher.idle() and pool.idle():
                 return
             elif batcher.idle():
                 await pool.wait_changed()
-
-    async def _next_items(self):
-        """The next batch, or None when the pool changed first (or the input ended)."""
-        changed = self.pool.changed()
-        try:
-            return await self.batcher.next(interrupt=changed)
-        finally:
-            if not changed.done():
-                changed.cancel()
-
-    async def _wait_for_writer(self) -> None:
-        """Backpressure: the sink is slower than the model; let it finish the part it writes.
-        (Rows of inputs still waiting for items stay in the backlog: waiting for them would
-        wait for the batches this dispatcher holds back.)"""
-        while self.writer.busy and not self.signal_received and not self.writer.task.done():
-            await asyncio.sleep(0.02)
 
     # --- results (called on the loop by the pool) -------------------------------------------
     def _on_outputs(self, finished: list) -> None:
@@ -242,11 +229,9 @@ class Pipeline:
 
     def _on_oom(self, batch_size: int) -> None:
         self._oom_events += 1
-        caps = caps_after_oom(self.batcher.caps, batch_size, self._oom_events)
-        if caps is not None:
+        if (caps := caps_after_oom(self.batcher.caps, batch_size, self._oom_events)) is not None:
             self.batcher.caps = caps
-            self.progress.log(f"out of memory {self._oom_events} times: batch size lowered to {caps.max_items}"
-                              f"{f', cost cap to {caps.max_cost}' if caps.max_cost else ''} for this run")
+            self.progress.log(lowered(caps, self._oom_events) + " for this run")
 
     # --- progress and stop signals ---------------------------------------------------------------
     async def _tick(self) -> None:

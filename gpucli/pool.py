@@ -98,6 +98,10 @@ class WorkerPool:
                          for i in range(len(devices))]
 
     # --- life cycle ---------------------------------------------------------------------
+    @property
+    def spawned(self) -> bool:
+        return self._loop is not None
+
     def spawn(self) -> None:
         """Start every worker process; they load their models in the background."""
         self._loop = asyncio.get_running_loop()

@@ -80,6 +80,12 @@ def caps_after_oom(caps: BatchCaps, batch_size: int, oom_events: int) -> BatchCa
     return None
 
 
+def lowered(caps: BatchCaps, oom_events: int) -> str:
+    """What a run says when out-of-memory errors lowered its caps."""
+    cost = f", cost cap to {caps.max_cost}" if caps.max_cost else ""
+    return f"out of memory {oom_events} times: batch size lowered to {caps.max_items}{cost}"
+
+
 def restart_delay(consecutive_deaths: int) -> float:
     return min(5.0, 0.1 * 2 ** min(consecutive_deaths, 6))
 

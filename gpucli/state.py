@@ -132,6 +132,7 @@ class Ledger:
         """`gpucli_version` (of this process) is stored with the settings: see `_only_new_options`."""
         directory.mkdir(parents=True, exist_ok=True)
         self.gpucli_version = gpucli_version
+        self._earlier_rows: bool | None = None  # inputs with rows before this run's first part (mark_done)
         self.path = directory / "ledger.sqlite"
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("pragma journal_mode=wal")
@@ -294,6 +295,10 @@ class Ledger:
             return [row[0] for row in self._db.execute(
                 "select path from files where status='done' and path not in (select path from temp.seen)")]
 
+    def has_done(self) -> bool:
+        with self._lock:
+            return bool(self._db.execute("select exists(select 1 from files where status='done')").fetchone()[0])
+
     def done_count(self) -> int:
         with self._lock:
             return self._db.execute("select count(*) from files where status='done'").fetchone()[0]
@@ -309,10 +314,16 @@ class Ledger:
                                  (location, sum(rows_per_source), now))
                 self._db.execute("insert or replace into meta values ('last_location', ?)", (location,))
             # Rows an input had elsewhere become stale; then its new record (two statements
-            # for the whole part: a part holds up to 10k inputs).
-            self._db.executemany("insert or ignore into stale select location, path from files "
-                                 "where path=? and location is not null and location != ?",
-                                 ((source.path, location or "") for source in sources))
+            # for the whole part: a part holds up to 10k inputs). An input has rows elsewhere
+            # only from an earlier run: when none had a location at this run's first part (a
+            # first run), the lookup per input is skipped.
+            if self._earlier_rows is None:
+                self._earlier_rows = self._db.execute(
+                    "select exists(select 1 from files where location is not null)").fetchone()[0] == 1
+            if self._earlier_rows:
+                self._db.executemany("insert or ignore into stale select location, path from files "
+                                     "where path=? and location is not null and location != ?",
+                                     ((source.path, location or "") for source in sources))
             self._db.executemany("insert or replace into files values (?, ?, ?, ?, 'done', '', ?, ?, ?)",
                                  ((source.path, source.size, source.mtime_ns, source.digest, location, rows, now)
                                   for source, rows in zip(sources, rows_per_source)))

@@ -138,6 +138,13 @@ class Writer:
     def backlog(self) -> int:
         return self._backlog()
 
+    async def drained(self, stopping: Callable[[], bool]) -> None:
+        """Until the part being written is durable (backpressure: the sink is slower than the
+        model). Rows of inputs still waiting for items stay in the backlog: waiting for them
+        would wait for the batches the caller holds back."""
+        while self.busy and not stopping() and not self.task.done():
+            await asyncio.sleep(0.02)
+
     @property
     def task(self) -> asyncio.Task | None:
         """The writer's loop: done early only when the sink failed."""

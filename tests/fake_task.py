@@ -34,6 +34,7 @@ class FakeOptions:
     exit_marker: str = ""  # a file the worker's interpreter teardown (atexit) would write
     setup_sleep_s: float = 0.0  # a model that takes this long to load (a hang, when long)
     ready_marker: str = ""  # a file setup writes when it starts loading
+    read_waits_for: str = ""  # prepare waits (up to 20 s) for this file, then fails the input
 
 
 class FakeTask(Task):
@@ -61,6 +62,8 @@ class FakeTask(Task):
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise InputError("decode", "not UTF-8") from None
+        if self.options.read_waits_for:
+            _wait_for(self.options.read_waits_for, 20.0)
         if "DIE_IN_PREPARE" in text:  # a decoder that takes its process down (out of memory)
             os._exit(9)
         lines = [line for line in text.splitlines() if line.strip()]
@@ -114,3 +117,11 @@ class FakeTask(Task):
 
 
 FAKE = "tests.fake_task:FakeTask"
+
+
+def _wait_for(path: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise InputError("read", f"{path} did not appear within {timeout_s:g}s")
+        time.sleep(0.02)

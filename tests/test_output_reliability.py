@@ -115,7 +115,8 @@ def test_jsonl_killed_at_any_step_then_rerun_holds_every_row_once_and_parses(tre
     out = tmp_path / "rows.jsonl"
     run_fake([root], out, batch_size=2, part_rows=2, flush_s=0.05)
     change_tree(root)
-    assert crashing_run(root, out, point) == 9, "the run was killed at that point"
+    # the first time: results that come back together make one part, so a run may write a single one
+    assert crashing_run(root, out, point, nth=1) == 9, "the run was killed at that point"
     summary = run_fake([root], out, prune=True)
     assert summary.exit_code == 0
     assert jsonl_rows(out) == expected_rows(root)

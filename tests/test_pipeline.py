@@ -162,3 +162,17 @@ def test_paths_are_relative_to_the_common_root(tree, tmp_path):
     assert sorted(r["path"] for r in read_rows(out)) == ["a/x/one.txt", "b/two.txt"]
     run_fake([a], tmp_path / "single.parquet")
     assert [r["path"] for r in read_rows(tmp_path / "single.parquet")] == ["x/one.txt"]
+
+
+def test_a_first_run_loads_the_model_while_the_tree_is_read_and_a_rerun_loads_none(tree, tmp_path):
+    """A first run (nothing done yet) starts its workers at once: here reading waits until the
+    model began loading, which a run that spawned workers only after its first block would never
+    see. A rerun over the unchanged tree finishes without starting a worker."""
+    marker = tmp_path / "loading"
+    root = tree({f"f{i}.txt": f"line {i}\n" for i in range(5)})
+    options = {"ready_marker": str(marker), "read_waits_for": str(marker)}
+    first = run_fake([root], tmp_path / "out.parquet", options)
+    assert (first.succeeded, first.failed) == (5, 0)
+    marker.unlink()
+    again = run_fake([root], tmp_path / "out.parquet", options)
+    assert again.unchanged == 5 and not marker.exists()

@@ -36,7 +36,7 @@ import numpy as np
 from gpucli.batching import BatchCaps, Windows
 from gpucli.reader import read_chunk
 from gpucli.records import Batch, Source
-from gpucli.recovery import Fail, after_error, caps_after_oom
+from gpucli.recovery import Fail, after_error, caps_after_oom, lowered
 from gpucli.state import Known
 from gpucli.tasks import TaskSpec, create_task
 from gpucli.worker import describe_error, keep_freed_memory, limit_threads, limit_torch_threads, predict_one
@@ -206,8 +206,7 @@ class Predictor:
         caps = caps_after_oom(self.caps, batch_size, self.oom_events)
         if caps is not None:
             self.caps = caps
-            out.append(stage_row(CAPS, error=f"out of memory {self.oom_events} times: batch size lowered to "
-                                             f"{caps.max_items} for the rest of the run in this actor"))
+            out.append(stage_row(CAPS, error=lowered(caps, self.oom_events) + " for the rest of the run in this actor"))
 
 
 def read_alone(table, spec: TaskSpec, max_bytes: int):
