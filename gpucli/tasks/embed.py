@@ -138,8 +138,11 @@ class EmbedTask(Task):
     def reader_processes(cls, cores: int) -> int:
         """Tokenizing is the parent's heaviest work: in reader processes the event loop, the
         accounting and the writer keep a core. Measured, 100k one-sentence files, null device, 2
-        cores: 10.7 s with one reader process against 12.0 s in reader threads (plain loop 5.3-6.4 s)."""
-        return max(1, min(4, cores // 4))
+        cores: 10.7 s with one reader process against 12.0 s in reader threads (plain loop 5.3-6.4 s);
+        then, interleaved on a busy machine, two reader processes 8.5 / 9.3 s against one 10.4 /
+        10.3 s: with one, the reader was the run's critical path (its busy time ~ the wall time)
+        while the parent's core had room. An idle reader costs only its memory (~60 MB)."""
+        return 1 if cores < 2 else max(2, min(4, cores // 4))
 
     _in_worker = False  # set by setup: the worker takes the model the parent resolved, from the cache
 
