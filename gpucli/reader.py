@@ -181,6 +181,7 @@ class _Walker:
         prefix = "" if rel_dir == "." else rel_dir + "/"
         excluded = self.excluded_names.get(real, ())
         wants = self.flt.wants
+        by_suffix = self.flt.suffixes if not self.flt.include and not self.flt.exclude else None
         for entry in entries:
             name = entry.name
             try:
@@ -191,7 +192,7 @@ class _Walker:
                 yield from self._entry(entry, os.path.join(real, name), real_root, subdirs)
                 continue
             rel = prefix + name
-            if not wants(rel):
+            if not (name.lower().endswith(by_suffix) if by_suffix else wants(rel)):
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
