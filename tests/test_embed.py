@@ -133,3 +133,21 @@ def test_sliced_tokenizing_gives_the_same_windows_as_one_encode(monkeypatch):
     assert len(sliced) == len(whole)
     assert sliced.meta["char_start"].tolist() == whole.meta["char_start"].tolist()
     assert all(sliced.payload.row(i).tolist() == whole.payload.row(i).tolist() for i in range(len(whole)))
+
+
+def test_a_window_spans_its_first_to_last_token_in_the_text_for_odd_texts():
+    """One-window texts take only their first and last tokens' offsets: the span must equal
+    the tokenizer's full offsets on accents, CJK, emoji, control and zero-width characters."""
+    task = create_task(TaskSpec("embed", "minilm"))
+    task.open()
+    texts = ["  hello world  ", "Café naïve — ümlaut", "日本語のテキスト です", "emoji 😀 ok\t\n",
+             "tab\tand ctrl-free", "a", "\u200b zero width \u200b", "word " * 400]
+    block, failures = task.prepare_many([Source(i, f"p{i}", f"p{i}") for i in range(len(texts))],
+                                        [t.encode() for t in texts])
+    assert not failures
+    for i, text in enumerate(texts):
+        rows = np.flatnonzero(block.source_ids == i)
+        offsets = task.tokenizer.encode(text, add_special_tokens=False).offsets
+        assert block.meta["char_start"][rows[0]] == offsets[0][0]
+        assert block.meta["char_end"][rows[-1]] == offsets[-1][1]
+        assert block.meta["text"][rows[0]] == text[offsets[0][0]:block.meta["char_end"][rows[0]]]
