@@ -271,7 +271,7 @@ def test_predictor_windows_match_the_local_dispatcher():
 
     job = RayJob(RunConfig(task="embed", paths=("x",), progress="off"))
     job.job.caps = batch_caps(job.config, EmbedTask, ["cpu"])
-    assert job._window() == 16 * 32
+    assert job._window() == 16 * EmbedTask.cpu_batch_size
     job = RayJob(RunConfig(task="transcribe", paths=("x",), progress="off"))
     assert job._window() == TranscribeTask.queue_items
     job = RayJob(RunConfig(task="embed", paths=("x",), progress="off", queue_items=100))
