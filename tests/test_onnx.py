@@ -399,6 +399,7 @@ def test_int8_vectors_stay_within_cosine_098_of_fp32_on_the_corpus_and_cache_apa
 
     ops = {node.name: node.op_type for node in onnx.load(str(int8.path)).graph.node}
     assert ops[kept[0]] == "MatMul" and "/model/encoder/layer.1/output/dense/MatMul_quant" in ops
+    assert list(ops.values()).count("QAttention") == 6  # the fused graph's Q/K/V projections, int8 too
     corpus = texts[len(SHORT):]
     for batch in [SHORT, *_batches(corpus, 8)]:
         ids, mask = _padded(tokenizer, batch)

@@ -54,10 +54,10 @@ Batch size on long texts: the task's CPU budget of 2048 tokens (8 texts of 230 t
 64 long texts through the fused graph, 2 threads, batches of 4 / 8 / 16 / 32: 27.6 / 27.3 /
 21.3 / 20.8 texts/s (load 2.4).
 
-Quantization (`int8`): `onnxruntime.quantization.quantize_dynamic` of the plain fp32 export
-(not the fused graph; its cache key and bytes are the same as before the fused graph came): int8
-weights per output channel, MatMul only (the embedding tables stay fp32), except the first
-layer's FFN down-projection (the first MatMul whose weight narrows, in > out), which stays fp32.
+Quantization (`int8`): `onnxruntime.quantization.quantize_dynamic` of the fp32 entry (the fused
+graph where there is one): int8 weights per output channel, MatMul and the fused Attention's
+Q/K/V projection (-> QAttention; the embedding tables stay fp32), except the first layer's FFN
+down-projection (the first MatMul whose weight narrows, in > out), which stays fp32.
 Activations are quantized per tensor per batch at run time (u8, as ORT's dynamic quantization
 always does), so an int8 vector depends slightly on its batch-mates. Why that one node: kept fp32
 one at a time, the six down-projections gave short top-10 0.922 (layer 0), 0.910, 0.924, 0.908,
@@ -78,13 +78,12 @@ shared 2-core machine (int8 / fp32 ONNX, interleaved, load ~6: every MatMul 1.50
 this recipe 1.62x, 1.85x); all six down-projections cost ~20% (1.84x -> 1.45x fp32 on short texts,
 earlier, quieter). Layer 0's whole block (1/6 of the FLOPs) was next best but scored lower.
 Tiny texts (3 tokens: "ok") pool the fewest tokens and drift most (~0.96-0.97).
-Why not the fused graph: quantized as MatMul + Attention (-> QAttention) it agreed better (short
-min cos 0.9882, top-10 0.912, against this recipe's 0.9844, 0.896) and ran long texts ~9% faster
-(1 thread, CPU ms per 8 x 240 batch: 278 against 304), but one-sentence texts ~20% slower (62
-against 52 ms per 32 x 18 batch), and int8's target (2.5x ST) is on one-sentence texts; with MatMul
-only, Q, K and V stay fp32 inside Attention (1.5x fp32 instead of 2.6x on short texts). Keeping
-the recipe also keeps every existing int8 output's fingerprint.
-
+Why the fused graph (since issue 16's fused fp32 graph; before, the plain export with MatMul
+only): the plain recipe sat on the top-10 target (1500 one-sentence texts, batches of 32 sorted:
+min cos 0.9848, top-10 0.900; gpucli end to end 0.894 in one run); the fused one keeps more
+(0.9863, 0.912). Speed, int8 texts/s fused / plain, 2 threads, 7 rounds interleaved (load 2.4-2.8):
+0.93x on one-sentence texts (min 0.90x), 1.15x on 230-token texts (min 1.42x). The table above
+was measured on the plain export.
 Sessions. One `InferenceSession` per worker, built in the worker (`OnnxTextEncoder`,
 `OnnxImageClassifier`), intra-op threads = the worker's share of the cores, inter-op 1. On CPU
 the intra-op threads sleep when idle instead of spinning (ORT spins by default): a CPU worker
@@ -122,7 +121,8 @@ WEIGHT_GLOBS = ("config.json", "*.safetensors", "*.safetensors.index.json", "pyt
                 "pytorch_model.bin.index.json")
 EXTRA_INSTALL = "pip install 'gpucli[onnx]'  (onnxruntime and onnx; onnxruntime-gpu instead on CUDA hosts)"
 LITE0 = "efficientnet-lite0"
-QUANTIZE_RECIPE = "int8 weights per channel, MatMul only, first FFN down-projection fp32"
+QUANTIZE_RECIPE = ("int8 weights per channel, MatMul and the fused Attention (QAttention), first FFN "
+                   "down-projection fp32")
 # The text encoder's graph (module doc, Graph): model types whose fused graph was measured and
 # checked; any other type keeps the plain export. Part of the cache key, with onnxruntime's version.
 FUSED_MODEL_TYPES = ("bert",)
@@ -305,32 +305,26 @@ def export_text_encoder(model_dir: str | Path, cache_root: str | Path | None = N
 
 def _text_entry(model_dir: Path, root: Path, opset: int, quantize: str | None) -> tuple[Path, bytes, bool]:
     """(path, verified bytes, built now). fp32 is the fused graph (or the plain export, for a
-    model the optimizer does not fuse); int8 quantizes the plain export (module doc)."""
+    model the optimizer does not fuse); int8 quantizes it. An int8 entry is looked up first: a
+    cached int8 model does not read or hash its fp32 source again."""
     _check_quantize(quantize)
     weights = files_digest(weight_files(model_dir), root)
-    if quantize:
-        key = cache_key("text-encoder", weights, opset, quantize)
+    fp32_key = cache_key("text-encoder", weights, opset, None, GRAPH_RECIPE)
+    fp32_dir = entry_dir(root, fp32_key)
 
-        def build(out: Path) -> None:
-            _quantized_text(model_dir, opset, out)
-    else:
-        key = cache_key("text-encoder", weights, opset, None, GRAPH_RECIPE)
+    def export(out: Path) -> None:
+        _export_text(model_dir, opset, out)
 
-        def build(out: Path) -> None:
-            _export_text(model_dir, opset, out)
+    if not quantize:
+        return (fp32_dir / MODEL_FILE, *cached_model(fp32_dir, fp32_key, export))
 
+    def build(out: Path) -> None:
+        cached_model(fp32_dir, fp32_key, export)
+        _quantize(fp32_dir / MODEL_FILE, out)
+
+    key = cache_key("text-encoder", weights, opset, quantize, GRAPH_RECIPE)
     directory = entry_dir(root, key)
     return (directory / MODEL_FILE, *cached_model(directory, key, build))
-
-
-def _quantized_text(model_dir: Path, opset: int, out: Path) -> None:
-    plain = out.with_name(out.name + ".plain")
-    try:
-        _export_plain_text(model_dir, opset, plain)
-        _quantize(plain, out)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            plain.unlink()
 
 
 def _export_text(model_dir: Path, opset: int, out: Path) -> None:
@@ -434,12 +428,14 @@ def _torch_export(module: Any, example: tuple[Any, ...], out: Path, inputs: tupl
 
 
 def _quantize(fp32: Path, out: Path) -> None:
+    from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     logging.disable(logging.WARNING)  # "consider pre-processing" advice on the root logger, per call
     try:
         quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul"], nodes_to_exclude=kept_fp32(fp32))
+                         op_types_to_quantize=["MatMul", "Attention"], nodes_to_exclude=kept_fp32(fp32),
+                         extra_options={"DefaultTensorType": TensorProto.FLOAT})  # contrib ops' outputs: float
     finally:
         logging.disable(logging.NOTSET)
 
