@@ -123,6 +123,26 @@ def test_the_key_changes_with_weights_opset_quantization_and_exporter(tmp_path, 
     assert len(dirs) == 5
 
 
+def test_the_key_changes_with_the_graph_recipe_and_the_optimizers_version(tmp_path, monkeypatch):
+    plain = ob.cache_key("text-encoder", "a" * 64, 17, None)
+    fused = ob.cache_key("text-encoder", "a" * 64, 17, None, ob.GRAPH_RECIPE)
+    other = ob.cache_key("text-encoder", "a" * 64, 17, None, ob.GRAPH_RECIPE + ", and SkipLayerNormalization")
+    monkeypatch.setattr(ob, "_version", lambda package: "9.9" if package == "onnxruntime" else ob.metadata.version(
+        package))
+    newer = ob.cache_key("text-encoder", "a" * 64, 17, None, ob.GRAPH_RECIPE)
+    assert "onnxruntime" in fused["graph"] and "graph" not in plain
+    assert len({ob.entry_dir(tmp_path, key) for key in (plain, fused, other, newer)}) == 4
+
+
+@pytest.mark.parametrize(("config", "expected"), [
+    ({"model_type": "bert", "num_attention_heads": 12, "hidden_size": 384}, (12, 384)),
+    ({"model_type": "distilbert", "n_heads": 12, "dim": 768}, None),  # a type the optimizer is not trusted with
+    ({"model_type": "bert", "num_attention_heads": 5, "hidden_size": 384}, None),  # heads do not divide hidden
+    ({"model_type": "bert"}, None), ({}, None)])
+def test_only_model_types_the_optimizer_knows_are_fused(config, expected):
+    assert ob.fusion_shape(config) == expected
+
+
 def test_weight_digest_covers_config_and_weights_and_is_memoised(tmp_path):
     model = tmp_path / "m"
     model.mkdir()
@@ -379,11 +399,44 @@ def test_int8_vectors_stay_within_cosine_098_of_fp32_on_the_corpus_and_cache_apa
 
     ops = {node.name: node.op_type for node in onnx.load(str(int8.path)).graph.node}
     assert ops[kept[0]] == "MatMul" and "/model/encoder/layer.1/output/dense/MatMul_quant" in ops
+    assert list(ops.values()).count("QAttention") == 6  # the fused graph's Q/K/V projections, int8 too
     corpus = texts[len(SHORT):]
     for batch in [SHORT, *_batches(corpus, 8)]:
         ids, mask = _padded(tokenizer, batch)
         cos = _row_cos(_onnx_vectors(int8, ids, mask, minilm), _onnx_vectors(encoder, ids, mask, minilm))
         assert cos.min() >= (0.95 if batch is SHORT else 0.98), (batch, cos)
+
+
+@pytest.mark.model
+def test_the_fused_graph_equals_torch_on_padded_batches_of_mixed_lengths(minilm, encoder, torch_model, tokenizer,
+                                                                      texts):
+    """The default model's fp32 graph is the optimizer's: one Attention kernel per layer, taking
+    the raw mask; its vectors are torch's on every row of batches that mix 1- and 256-token rows."""
+    import random
+
+    import numpy as np
+
+    assert _op_types(encoder.path).count("Attention") == 6 and "Softmax" not in _op_types(encoder.path)
+    mixed = texts[:]
+    for size in (3, 8, 17):
+        random.Random(size).shuffle(mixed)
+        for batch in _batches(mixed, size):
+            ids, mask = _padded(tokenizer, batch)
+            cos = _row_cos(_torch_vectors(torch_model, ids, mask, minilm), _onnx_vectors(encoder, ids, mask, minilm))
+            assert cos.min() >= 0.9999, (size, ids.shape, cos.min())
+    left = tokenizer.encode_batch(["Hello world", SHORT[-1]])  # a left-padded row: the raw mask, not token counts
+    ids = np.zeros((2, len(left[1].ids)), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    ids[0, -len(left[0].ids):], mask[0, -len(left[0].ids):] = left[0].ids, 1
+    ids[1], mask[1] = left[1].ids, 1
+    cos = _row_cos(_torch_vectors(torch_model, ids, mask, minilm), _onnx_vectors(encoder, ids, mask, minilm))
+    assert cos.min() >= 0.9999
+
+
+def _op_types(path: Path) -> list[str]:
+    import onnx
+
+    return [node.op_type for node in onnx.load(str(path), load_external_data=False).graph.node]
 
 
 # --- the real default classify model ---------------------------------------------------------------
@@ -441,6 +494,56 @@ def test_encoders_with_and_without_token_type_ids_export_and_equal_torch(tmp_pat
     got = encoder.hidden(ids, mask)
     assert got.dtype == np.float32
     assert np.abs(got - expected.numpy())[mask.astype(bool)].max() < 1e-4
+
+
+@pytest.mark.parametrize(("kind", "fused"), [("bert", True), ("distilbert", False)])
+def test_a_bert_encoder_gets_the_fused_graph_and_another_type_the_plain_export(tmp_path, kind, fused):
+    encoder = ob.OnnxTextEncoder(_tiny(tmp_path / kind, kind), threads=1, cache_root=tmp_path / "cache")
+    assert ("Attention" in _op_types(encoder.path)) == fused
+
+
+def test_a_fused_graph_that_differs_from_torch_is_dropped_for_the_plain_export(tmp_path, monkeypatch):
+    import numpy as np
+    import torch
+    from transformers import AutoModel
+
+    from gpucli.backends import onnx_fusion
+
+    checked: list[int] = []
+    monkeypatch.setattr(onnx_fusion, "equals_torch", lambda model_dir, graph: checked.append(1) and False)
+    model_dir = _tiny(tmp_path / "bert", "bert")
+    encoder = ob.OnnxTextEncoder(model_dir, threads=1, cache_root=tmp_path / "cache")
+    assert checked == [1] and "Attention" not in _op_types(encoder.path)
+    assert [p.name for p in encoder.path.parent.iterdir() if p.name.startswith(".model")] == []  # no leftovers
+    ids = np.random.default_rng(1).integers(5, 120, (3, 9))
+    mask = np.ones_like(ids)
+    mask[2, 4:] = 0
+    with torch.inference_mode():
+        expected = AutoModel.from_pretrained(model_dir).eval()(input_ids=torch.from_numpy(ids),
+                                                               attention_mask=torch.from_numpy(mask))
+    assert np.abs(encoder.hidden(ids, mask) - expected.last_hidden_state.numpy())[mask.astype(bool)].max() < 1e-4
+
+
+def test_the_fusion_check_catches_a_graph_that_ignores_the_mask(tmp_path):
+    """`equals_torch` itself: the plain export of the default batch shape passes; the same graph
+    fed no mask (every position attended) gives other hidden states on padded rows, and fails."""
+    from gpucli.backends import onnx_fusion
+
+    model_dir = _tiny(tmp_path / "bert", "bert")
+    encoder = ob.OnnxTextEncoder(model_dir, threads=1, cache_root=tmp_path / "cache")
+    graph = encoder.path.read_bytes()
+    assert onnx_fusion.equals_torch(model_dir, graph)
+    import onnx
+
+    broken = onnx.load_from_string(graph)
+    for node in broken.graph.node:  # read an all-ones mask wherever the graph reads the mask
+        node.input[:] = ["ones_mask" if name == "attention_mask" else name for name in node.input]
+    ones = onnx.helper.make_node("ConstantOfShape", ["mask_shape"], ["ones_mask"],
+                                 value=onnx.helper.make_tensor("one", onnx.TensorProto.INT64, [1], [1]))
+    shape = onnx.helper.make_node("Shape", ["attention_mask"], ["mask_shape"])
+    broken.graph.node.insert(0, ones)
+    broken.graph.node.insert(0, shape)
+    assert not onnx_fusion.equals_torch(model_dir, broken.SerializeToString())
 
 
 def test_cpu_sessions_let_idle_threads_sleep_instead_of_spinning(tmp_path):

@@ -21,9 +21,43 @@ last. A reader trusts the .onnx only when its bytes hash to the sidecar's sha256
 truncated or half-written file is rebuilt (under the lock), never loaded. Two runs exporting at
 once: one exports, the other waits on the lock and then loads what the first wrote.
 
-Quantization (`int8`): `onnxruntime.quantization.quantize_dynamic` of the fp32 export: int8
-weights per output channel, MatMul only (the embedding tables stay fp32), except the first
-layer's FFN down-projection (the first MatMul whose weight narrows, in > out), which stays fp32.
+Graph (fp32 text encoders; gpucli/backends/onnx_fusion.py). Issue 16 asks ONNX for >= 1.2x
+sentence-transformers on ~230-token texts; the plain export ran them at torch's speed. A profile
+of the plain graph (8 x 240 tokens, 2 threads): MatMul 76% of the time, and transformers 5.x's
+sdpa attention traced into a mask chain around every softmax (Where, IsNaN, Add: ~14%).
+ONNX Runtime's transformer optimizer (`onnxruntime.transformers.optimizer`, in the onnxruntime
+wheel) fuses none of that graph's attention (it does not know that mask pattern); exported with
+transformers' eager attention instead, it fuses every layer's into one `Attention` kernel. So a
+model type it knows (FUSED_MODEL_TYPES: bert, which the default model and bge/e5-small are)
+is exported eager and fused, and the fused graph is kept only if the optimizer fused every layer
+and its hidden states equal a fresh torch model's on padded batches of three shapes (at build
+time, ~1 s); any other model, or a failed check, keeps the plain export. GRAPH_RECIPE and
+onnxruntime's version are part of the fp32 cache key. Measured, CPU ms per batch (1 thread,
+process time, min of 5-21 interleaved, load 1.5-1.8; short = 32 x 18 tokens, long = 8 x 240):
+  graph                                            short   long
+  torch (the AutoModel forward)                     153     601
+  plain export (ONNX Runtime's own fusions)         128     588
+  Attention only (this recipe)                      129     522
+  every optimizer fusion (+ SkipLayerNorm, ...)     152     556   (SkipLayerNormalization is
+  every fusion but SkipLayerNorm                    142     514    slower here than Add + LayerNorm)
+  MultiHeadAttention (Q, K, V as three MatMuls)     128     527
+  (a second series: plain 138 / 568, attention only 141 / 508)
+The long batch is 45 GFLOP: 522 ms is ~86 GFLOP/s on one core, what torch's own sgemm reaches
+on this model's GEMM shapes here (63-91 GFLOP/s). fp32 is at this CPU's FMA roof on long
+texts, so no graph rewrite gains much beyond the ~12% the fused attention gives (the mask chain
+and the small per-head MatMuls); what gpucli gains end to end beyond that is in
+benchmarks/RESULTS-onnx.md. The fused attention takes the raw (batch, sequence) mask, not the
+token counts of EmbedLayerNormalization (same speed within noise: 557 vs 543 ms): it honours
+any mask, not only right padding. float16 is no option on this CPU (no fp16 GEMM in ONNX
+Runtime's x86 kernels); bf16 would not keep cosine 0.9999.
+Batch size on long texts: the task's CPU budget of 2048 tokens (8 texts of 230 tokens) stays:
+64 long texts through the fused graph, 2 threads, batches of 4 / 8 / 16 / 32: 27.6 / 27.3 /
+21.3 / 20.8 texts/s (load 2.4).
+
+Quantization (`int8`): `onnxruntime.quantization.quantize_dynamic` of the fp32 entry (the fused
+graph where there is one): int8 weights per output channel, MatMul and the fused Attention's
+Q/K/V projection (-> QAttention; the embedding tables stay fp32), except the first layer's FFN
+down-projection (the first MatMul whose weight narrows, in > out), which stays fp32.
 Activations are quantized per tensor per batch at run time (u8, as ORT's dynamic quantization
 always does), so an int8 vector depends slightly on its batch-mates. Why that one node: kept fp32
 one at a time, the six down-projections gave short top-10 0.922 (layer 0), 0.910, 0.924, 0.908,
@@ -44,7 +78,17 @@ shared 2-core machine (int8 / fp32 ONNX, interleaved, load ~6: every MatMul 1.50
 this recipe 1.62x, 1.85x); all six down-projections cost ~20% (1.84x -> 1.45x fp32 on short texts,
 earlier, quieter). Layer 0's whole block (1/6 of the FLOPs) was next best but scored lower.
 Tiny texts (3 tokens: "ok") pool the fewest tokens and drift most (~0.96-0.97).
-
+Why the fused graph (since issue 16's fused fp32 graph; before, the plain export with MatMul
+only): the plain recipe sat on the top-10 target (1500 one-sentence texts, batches of 32 sorted:
+min cos 0.9848, top-10 0.900; gpucli end to end 0.894 in one run); the fused one keeps more
+(0.9863, 0.912). Speed, int8 texts/s fused / plain, 2 threads, 7 rounds interleaved (load 2.4-2.8):
+0.93x on one-sentence texts (min 0.90x), 1.15x on 230-token texts (min 1.42x). The table above
+was measured on the plain export. Open: in batches of 32 in file order (as gpucli forms them:
+each padded to its longest row, and the padding enters the per-batch activation scale) every
+recipe scores lower on those 1500 texts: plain 0.884, fused 0.886, fused with layers 0 and 5's
+down-projections fp32 0.880, all six fp32 0.914 (which costs ~20% of int8's speed); 230-token
+texts 0.936-0.940. So the 0.9 top-10 target on one-sentence texts is marginal for any recipe
+that keeps int8's 2.5x speed target (gpucli end to end: 0.894-0.902).
 Sessions. One `InferenceSession` per worker, built in the worker (`OnnxTextEncoder`,
 `OnnxImageClassifier`), intra-op threads = the worker's share of the cores, inter-op 1. On CPU
 the intra-op threads sleep when idle instead of spinning (ORT spins by default): a CPU worker
@@ -82,7 +126,13 @@ WEIGHT_GLOBS = ("config.json", "*.safetensors", "*.safetensors.index.json", "pyt
                 "pytorch_model.bin.index.json")
 EXTRA_INSTALL = "pip install 'gpucli[onnx]'  (onnxruntime and onnx; onnxruntime-gpu instead on CUDA hosts)"
 LITE0 = "efficientnet-lite0"
-QUANTIZE_RECIPE = "int8 weights per channel, MatMul only, first FFN down-projection fp32"
+QUANTIZE_RECIPE = ("int8 weights per channel, MatMul and the fused Attention (QAttention), first FFN "
+                   "down-projection fp32")
+# The text encoder's graph (module doc, Graph): model types whose fused graph was measured and
+# checked; any other type keeps the plain export. Part of the cache key, with onnxruntime's version.
+FUSED_MODEL_TYPES = ("bert",)
+GRAPH_RECIPE = ("eager-attention export; onnxruntime.transformers optimize_model bert opt_level 0, Attention fusion "
+                "only (raw 2-D mask); kept when equal to torch, else the plain export")
 
 
 # --- where, and under which key ----------------------------------------------------------------
@@ -140,12 +190,15 @@ def _version(package: str) -> str:
         return "none"
 
 
-def cache_key(kind: str, weights: str, opset: int, quantize: str | None) -> dict[str, Any]:
-    """Everything that decides the bytes of an entry. Versions come from package metadata:
-    computing a key imports neither torch nor onnxruntime."""
+def cache_key(kind: str, weights: str, opset: int, quantize: str | None, graph: str = "") -> dict[str, Any]:
+    """Everything that decides the bytes of an entry: `graph` names what is done to the export
+    (GRAPH_RECIPE). Versions come from package metadata: computing a key imports neither torch
+    nor onnxruntime."""
     key = {"format": FORMAT, "kind": kind, "weights": weights, "opset": int(opset),
            "exporter": f"torch {_version('torch')} onnx.export dynamo=False",
            "transformers": _version("transformers"), "quantize": quantize or ""}
+    if graph:
+        key["graph"] = f"onnxruntime {_version('onnxruntime')} {graph}"
     if quantize:
         key["quantizer"] = f"onnxruntime {_version('onnxruntime')} quantize_dynamic {QUANTIZE_RECIPE}"
     return key
@@ -256,11 +309,12 @@ def export_text_encoder(model_dir: str | Path, cache_root: str | Path | None = N
 
 
 def _text_entry(model_dir: Path, root: Path, opset: int, quantize: str | None) -> tuple[Path, bytes, bool]:
-    """(path, verified bytes, built now). An int8 entry is looked up first: a cached int8 model
-    does not read or hash its fp32 source again."""
+    """(path, verified bytes, built now). fp32 is the fused graph (or the plain export, for a
+    model the optimizer does not fuse); int8 quantizes it. An int8 entry is looked up first: a
+    cached int8 model does not read or hash its fp32 source again."""
     _check_quantize(quantize)
     weights = files_digest(weight_files(model_dir), root)
-    fp32_key = cache_key("text-encoder", weights, opset, None)
+    fp32_key = cache_key("text-encoder", weights, opset, None, GRAPH_RECIPE)
     fp32_dir = entry_dir(root, fp32_key)
 
     def export(out: Path) -> None:
@@ -273,19 +327,51 @@ def _text_entry(model_dir: Path, root: Path, opset: int, quantize: str | None) -
         cached_model(fp32_dir, fp32_key, export)
         _quantize(fp32_dir / MODEL_FILE, out)
 
-    key = cache_key("text-encoder", weights, opset, quantize)
+    key = cache_key("text-encoder", weights, opset, quantize, GRAPH_RECIPE)
     directory = entry_dir(root, key)
     return (directory / MODEL_FILE, *cached_model(directory, key, build))
 
 
 def _export_text(model_dir: Path, opset: int, out: Path) -> None:
+    """The plain export, then, for a model type the transformer optimizer knows, its fused graph
+    in place of it when that graph equals the torch path (see the module doc, Graph)."""
+    config = _text_config(model_dir)
+    fusable = fusion_shape(config) is not None
+    _export_plain_text(model_dir, opset, out, eager=fusable)
+    if fusable:
+        from gpucli.backends.onnx_fusion import fuse_text_encoder
+
+        fuse_text_encoder(model_dir, out, fusion_shape(config))
+
+
+def _text_config(model_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def fusion_shape(config: dict[str, Any]) -> tuple[int, int] | None:
+    """(num_heads, hidden_size) for the transformer optimizer when `config` (a config.json) is a
+    model type it is known and checked to fuse, else None: such models keep the plain graph."""
+    heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
+    if config.get("model_type") not in FUSED_MODEL_TYPES or not isinstance(heads, int) or not isinstance(hidden, int):
+        return None
+    return (heads, hidden) if heads > 0 and hidden % heads == 0 else None
+
+
+def _export_plain_text(model_dir: Path, opset: int, out: Path, eager: bool = False) -> None:
+    """torch.onnx.export of the encoder. `eager`: with transformers' eager attention, whose
+    MatMul/Softmax pattern the optimizer fuses (the default sdpa one traces into a mask built
+    of Where/IsNaN that it does not recognise); both give torch's numbers."""
     import torch
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()  # our own copy: see module doc
+    extra = {"attn_implementation": "eager"} if eager else {}
+    model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32, **extra).eval()  # our own copy: module doc
     inputs = _text_input_names(model)
     example = _example_text_batch(model.config, inputs)
     names = [*inputs, "last_hidden_state"]
@@ -347,12 +433,14 @@ def _torch_export(module: Any, example: tuple[Any, ...], out: Path, inputs: tupl
 
 
 def _quantize(fp32: Path, out: Path) -> None:
+    from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     logging.disable(logging.WARNING)  # "consider pre-processing" advice on the root logger, per call
     try:
         quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul"], nodes_to_exclude=kept_fp32(fp32))
+                         op_types_to_quantize=["MatMul", "Attention"], nodes_to_exclude=kept_fp32(fp32),
+                         extra_options={"DefaultTensorType": TensorProto.FLOAT})  # contrib ops' outputs: float
     finally:
         logging.disable(logging.NOTSET)
 
