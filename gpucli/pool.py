@@ -51,6 +51,7 @@ class Worker:
     spawned_at: float = 0.0
     kill_reason: str = ""
     infer_s: float = 0.0  # seconds its model spent in predict
+    running: int | None = None  # the batch its model started last and has not answered (worker.py)
 
 
 @dataclass
@@ -283,6 +284,9 @@ class WorkerPool:
             worker.busy_since = time.monotonic()  # batches sent while it loaded start now
         elif kind == "setup_error":
             self._setup_errors[worker.index] = message[1]
+        elif kind == "started":
+            worker.running = message[1]
+            worker.busy_since = time.monotonic()  # the batch timeout counts from here
         elif kind == "result":
             self._consecutive_deaths = 0
             _, batch_id, outputs, seconds = message
@@ -300,6 +304,8 @@ class WorkerPool:
         self.notify()
 
     def _finish(self, worker: Worker, batch_id: int) -> InFlight | None:
+        if worker.running == batch_id:
+            worker.running = None
         record = worker.in_flight.pop(batch_id, None)
         if record is not None:
             self.task.release(record.packed)
@@ -318,8 +324,11 @@ class WorkerPool:
         return self._next_id
 
     def _take_in_flight(self, worker: Worker) -> list[Batch]:
-        records = sorted(worker.in_flight.values(), key=lambda r: r.sent_at)
+        """Its batches, the one it was running first (recovery blames the first): the one it
+        said it started, or else the oldest sent."""
+        records = sorted(worker.in_flight.values(), key=lambda r: (r.batch.id != worker.running, r.sent_at))
         worker.in_flight.clear()
+        worker.running = None
         for record in records:
             self.task.release(record.packed)
         return [record.batch for record in records]

@@ -1,8 +1,12 @@
 """The loop inside each spawned worker process: load once, then predict batch after batch.
 
 Messages, parent -> worker: `(batch_id, packed)` or `None` (stop).
-Worker -> parent: `("ready", info)`, `("setup_error", message)`,
+Worker -> parent: `("ready", info)`, `("setup_error", message)`, `("started", batch_id)`,
 `("result", batch_id, outputs, seconds)`, `("error", batch_id, kind, message)`.
+"started" is written to the Pipe before `predict` begins, from the thread that runs it: when a
+native crash takes the worker down, results still queued for the sender thread are lost with it,
+and without this the parent would blame the oldest batch it had sent (one that had finished)
+instead of the one that was running.
 `outputs` is whatever the task's `predict` returned for the batch: one float32 matrix for
 embed (a row per item), or a list of one dict per item.
 A receiver thread reads and unpacks the next batch while the model runs on this one; on
@@ -79,6 +83,8 @@ def run_loop(conn: Any, task: Any) -> None:
             if unpack_error is not None:
                 outbox.put(("error", batch_id, "error", unpack_error))
                 continue
+            if not _send(conn, ("started", batch_id)):
+                return
             outbox.put(predict_one(task, batch_id, payloads))
     finally:
         outbox.put(STOP)
@@ -131,9 +137,13 @@ def _drop_waiting(inbox: queue.Queue) -> None:
         pass
 
 
+_SEND_LOCK = threading.Lock()  # the predicting thread and the sender thread write whole messages
+
+
 def _send(conn: Any, message: tuple) -> bool:
     try:
-        conn.send(message)
+        with _SEND_LOCK:
+            conn.send(message)
         return True
     except (BrokenPipeError, EOFError, OSError):
         return False

@@ -126,3 +126,24 @@ def test_a_bad_output_among_batches_that_came_back_together_fails_only_its_own_i
     assert sorted(f.path for f in failures) == ["f2.txt", "f3.txt"]
     assert sorted(accounts.take_part().table.column("path").to_pylist()) == ["f0.txt", "f1.txt", "f4.txt", "f5.txt"]
     assert accounts.counts.items == 6
+
+
+def test_a_crash_is_blamed_on_the_batch_the_worker_said_it_started_not_the_oldest():
+    """A worker that finished batch 1 and died in batch 2 before its sender thread wrote batch 1's
+    result: the parent holds both, and the batch it was running (2) is the one blamed."""
+    from gpucli import recovery
+    from gpucli.pool import InFlight
+
+    spec = task_and_spec(RunConfig(task=FAKE, paths=(".",)))[1]
+    task = create_task(spec)
+    pool = WorkerPool(task, spec, ["cpu"], PoolEvents(lambda *a: None, lambda b, r: None))
+    worker = pool.workers[0]
+    process = object()
+    worker.process = process
+    items = Items(np.array([0]), np.array([0]), np.array([1]), ["x"], {})
+    for batch_id, sent_at in ((1, 1.0), (2, 2.0)):
+        worker.in_flight[batch_id] = InFlight(Batch(batch_id, items), None, sent_at)
+    pool._handle(worker, process, ("started", 1), [])
+    pool._handle(worker, process, ("started", 2), [])
+    actions = recovery.after_death(pool._take_in_flight(worker), "exit code 3", pool._new_id)
+    assert [(a.batch.id, a.batch.attempts) for a in actions] == [(2, 1), (1, 0)]
