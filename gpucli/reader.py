@@ -418,11 +418,12 @@ def _read_fd(fd: int, limit: int) -> bytes:
     cost a fifth of the reader's time on one-sentence files)."""
     parts, got = [], 0
     while got < limit:
-        want = limit - got
-        part = os.read(fd, want)
+        part = os.read(fd, limit - got)
+        if not part:
+            break
         parts.append(part)
         got += len(part)
-        if len(part) < want:  # a short read of a regular file is its end: no read to see b""
+        if got == limit - 1:  # the size fstat gave (the caller asks one more): no read just to see the end
             break
     return parts[0] if len(parts) == 1 else b"".join(parts)
 

@@ -88,3 +88,36 @@ def test_the_ray_engine_reads_names_that_are_not_utf8(ray_session, tmp_path):  #
     summary = run_with("ray", "tests.fake_task:FakeTask", [root], out)
     assert (summary.succeeded, summary.failed) == (2, 0), failures(summary)
     assert sorted(r["path"] for r in rows(out)) == ["caf\\xe9.txt", "plain.txt"]
+
+
+def test_a_file_served_in_short_reads_is_read_whole(tmp_path, monkeypatch):
+    """Network and FUSE file systems may return fewer bytes than asked before the end: the
+    reader keeps reading up to the size the file had when opened."""
+    import os as os_module
+
+    from gpucli import reader
+    from gpucli.records import Source
+
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"0123456789" * 100)
+    real_read = os_module.read
+    monkeypatch.setattr(reader.os, "read", lambda fd, n: real_read(fd, min(n, 7)))
+    st = path.stat()
+    data = reader._read_bytes(Source(0, "a.txt", str(path), st.st_size, st.st_mtime_ns, "", st.st_dev, st.st_ino),
+                              1 << 20)
+    assert data == b"0123456789" * 100
+
+
+def test_a_window_whose_tokens_map_to_no_characters_takes_the_full_offsets():
+    from gpucli.tasks.embed import _ends
+
+    class Encoding:
+        offsets = [(0, 0), (0, 3), (4, 6)]
+
+        def __len__(self):
+            return 3
+
+        def token_to_chars(self, i):
+            return None if i == 0 else self.offsets[i]
+
+    assert _ends(Encoding()) == Encoding.offsets

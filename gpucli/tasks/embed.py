@@ -340,10 +340,14 @@ class EmbedTask(Task):
         return table, []
 
 
-def _ends(enc: Any) -> tuple[tuple[int, int], ...]:
+def _ends(enc: Any) -> Any:
     """The offsets of a text's first and last tokens: all that one window needs of them (the
-    whole list costs ~5 us a text to build, a third of what the rest of reading costs)."""
-    return (enc.token_to_chars(0), enc.token_to_chars(len(enc) - 1)) if len(enc) else ()
+    whole list costs ~5 us a text to build, a third of what the rest of reading costs). A
+    tokenizer that maps either token to no characters gets its whole list, as before."""
+    if not len(enc):
+        return ()
+    first, last = enc.token_to_chars(0), enc.token_to_chars(len(enc) - 1)
+    return (first, last) if first is not None and last is not None else enc.offsets
 
 
 SLICE_CHARS = 1 << 18  # texts longer than this are tokenized in slices (bounded memory per file)
