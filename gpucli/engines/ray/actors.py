@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucli.batching import BatchCaps, Windows
+from gpucli.batching import BatchCaps, Windows, cut_points
 from gpucli.reader import read_chunk
 from gpucli.records import Batch, Source
 from gpucli.recovery import Fail, after_error, caps_after_oom, lowered
@@ -196,10 +196,10 @@ class Predictor:
 
     def _within_caps(self, items):
         """The window was cut before caps were lowered (after out-of-memory errors): cut again."""
-        most = self.caps.max_items
-        if len(items) <= most:
+        ends = cut_points(items.cost, self.caps)
+        if len(ends) == 1:
             return [items]
-        return [items.take(np.arange(start, min(len(items), start + most))) for start in range(0, len(items), most)]
+        return [items.take(np.arange(start, end)) for start, end in zip([0, *ends[:-1]], ends)]
 
     def _after_oom(self, batch_size: int, out: list[dict[str, Any]]) -> None:
         self.oom_events += 1

@@ -52,13 +52,11 @@ def plan_for(devices: str, per: int, cpus: float, gpus: int) -> Plan:
 
 
 def placeable(plan: Plan, nodes: list[dict]) -> bool:
-    """Whether some live node of the cluster (`ray.nodes()`) can hold a predictor actor and some
-    a reader: once none can (the nodes that could are gone), Ray Data would wait for them forever."""
-    def holds(cpus: float, gpus: float) -> bool:
-        return any(n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= cpus - 1e-9
-                   and n.get("Resources", {}).get("GPU", 0) >= gpus - 1e-9 for n in nodes)
-
-    return holds(plan.num_cpus, plan.num_gpus) and holds(READER_ACTOR_CPUS, 0)
+    """Whether some live node of the cluster (`ray.nodes()`) can hold a predictor actor: once
+    none can (the nodes that could are gone), Ray Data would wait for them forever. (Readers ask
+    for no CPU: any live node holds one.)"""
+    return any(n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= plan.num_cpus - 1e-9
+               and n.get("Resources", {}).get("GPU", 0) >= plan.num_gpus - 1e-9 for n in nodes)
 
 
 def chunks_per_call(window_items: int, chunk_files: int) -> int:
