@@ -409,39 +409,42 @@ class Accounts:
             outputs = concat_outputs([out for _, out in finished])
             if outputs is not None:
                 items = Items.concat([items.without_payload() for items, _ in finished])
-                if self.outputs(items, outputs, alone=False):
+                try:
+                    made = self.task.rows(items, outputs)
+                except Exception:  # noqa: BLE001 - one by one below: the bad batch fails alone
+                    made = None
+                if made is not None:
+                    self._place(items, *made)
                     return
         for items, out in finished:
             self.outputs(items, out)
 
-    def outputs(self, items: Items, outputs: Any, alone: bool = True) -> bool:
-        """One batch's outputs: its rows into the buffer. False (nothing done) when the rows of
-        a block that is not `alone` cannot be made, so that its batches go one by one."""
+    def outputs(self, items: Items, outputs: Any) -> None:
+        """One batch's outputs: its rows into the buffer."""
         try:
-            if self.task.merges_rows:
-                good, bad = self.task.item_rows(items, outputs)
-            else:
-                table, bad = self.task.rows(items, outputs)
+            made = (self.task.item_rows if self.task.merges_rows else self.task.rows)(items, outputs)
         except Exception as exc:  # noqa: BLE001 - a bad output costs its inputs, not the run
-            if not alone:
-                return False
             self._count(items)
             self.fail_items(items, "infer", f"unusable model output: {type(exc).__name__}: {exc}")
-            return True
+            return
+        self._place(items, *made)
+
+    def _place(self, items: Items, rows: Any, bad: list[tuple[int, str]]) -> None:
+        """A block's rows (a table, or a merging task's (position, row) pairs) into the buffer;
+        the inputs of `bad` positions fail."""
         self._count(items)
         for position, reason in bad:
             self.fail_source(int(items.source_ids[position]), "infer", reason)
         if self.task.merges_rows:
-            for position, row in good:
+            for position, row in rows:
                 sid = int(items.source_ids[position])
                 if self.status[sid] == OPEN:  # a failed input's late rows are dropped
                     self._merging.setdefault(sid, []).append((int(items.index[position]), row))
         else:
             keep = np.ones(len(items), dtype=bool)
             keep[[position for position, _ in bad]] = False
-            self._add_rows(table, items.source_ids[keep], items.index[keep])
+            self._add_rows(rows, items.source_ids[keep], items.index[keep])
         self._arrived(items.source_ids)
-        return True
 
     def _count(self, items: Items) -> None:
         self.counts.items += len(items)
