@@ -524,6 +524,29 @@ def test_a_fused_graph_that_differs_from_torch_is_dropped_for_the_plain_export(t
     assert np.abs(encoder.hidden(ids, mask) - expected.last_hidden_state.numpy())[mask.astype(bool)].max() < 1e-4
 
 
+def test_an_optimizer_that_raises_keeps_the_plain_export_and_the_model_runs(tmp_path, monkeypatch):
+    """Fusion is a speed-up: an optimizer (or check) that fails on a graph leaves the plain export."""
+    from gpucli.backends import onnx_fusion
+
+    def broken(*args):
+        raise RuntimeError("optimizer does not know this graph")
+
+    monkeypatch.setattr(onnx_fusion, "optimize", broken)
+    encoder = ob.OnnxTextEncoder(_tiny(tmp_path / "bert", "bert"), threads=1, cache_root=tmp_path / "cache")
+    assert "Attention" not in _op_types(encoder.path)
+    assert [p.name for p in encoder.path.parent.iterdir() if p.name.startswith(".model")] == []
+
+
+def test_only_a_model_the_optimizer_fuses_has_the_graph_recipe_in_its_cache_key(tmp_path):
+    """A model that is never fused keeps its entry when the recipe or onnxruntime changes."""
+    root = tmp_path / "cache"
+    for kind, graph in (("bert", ob.GRAPH_RECIPE), ("distilbert", "")):
+        model_dir = _tiny(tmp_path / kind, kind)
+        encoder = ob.OnnxTextEncoder(model_dir, threads=1, cache_root=root)
+        weights = ob.files_digest(ob.weight_files(model_dir), root)
+        assert encoder.path.parent == ob.entry_dir(root, ob.cache_key("text-encoder", weights, ob.OPSET, None, graph))
+
+
 def test_the_fusion_check_catches_a_graph_that_ignores_the_mask(tmp_path):
     """`equals_torch` itself: the plain export of the default batch shape passes; the same graph
     fed no mask (every position attended) gives other hidden states on padded rows, and fails."""

@@ -314,7 +314,8 @@ def _text_entry(model_dir: Path, root: Path, opset: int, quantize: str | None) -
     cached int8 model does not read or hash its fp32 source again."""
     _check_quantize(quantize)
     weights = files_digest(weight_files(model_dir), root)
-    fp32_key = cache_key("text-encoder", weights, opset, None, GRAPH_RECIPE)
+    graph = GRAPH_RECIPE if fusion_shape(_text_config(model_dir)) is not None else ""  # others: the plain export
+    fp32_key = cache_key("text-encoder", weights, opset, None, graph)
     fp32_dir = entry_dir(root, fp32_key)
 
     def export(out: Path) -> None:
@@ -327,7 +328,7 @@ def _text_entry(model_dir: Path, root: Path, opset: int, quantize: str | None) -
         cached_model(fp32_dir, fp32_key, export)
         _quantize(fp32_dir / MODEL_FILE, out)
 
-    key = cache_key("text-encoder", weights, opset, quantize, GRAPH_RECIPE)
+    key = cache_key("text-encoder", weights, opset, quantize, graph)
     directory = entry_dir(root, key)
     return (directory / MODEL_FILE, *cached_model(directory, key, build))
 
@@ -335,13 +336,12 @@ def _text_entry(model_dir: Path, root: Path, opset: int, quantize: str | None) -
 def _export_text(model_dir: Path, opset: int, out: Path) -> None:
     """The plain export, then, for a model type the transformer optimizer knows, its fused graph
     in place of it when that graph equals the torch path (see the module doc, Graph)."""
-    config = _text_config(model_dir)
-    fusable = fusion_shape(config) is not None
-    _export_plain_text(model_dir, opset, out, eager=fusable)
-    if fusable:
+    shape = fusion_shape(_text_config(model_dir))
+    _export_plain_text(model_dir, opset, out, eager=shape is not None)
+    if shape is not None:  # a fused graph that fails its check leaves this (eager-attention) export
         from gpucli.backends.onnx_fusion import fuse_text_encoder
 
-        fuse_text_encoder(model_dir, out, fusion_shape(config))
+        fuse_text_encoder(model_dir, out, shape)
 
 
 def _text_config(model_dir: Path) -> dict[str, Any]:

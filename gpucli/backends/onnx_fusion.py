@@ -32,7 +32,9 @@ TOLERANCE = 1e-3  # max |fused - torch| over real tokens, relative to the larges
 
 def fuse_text_encoder(model_dir: Path, path: Path, shape: tuple[int, int]) -> bool:
     """Replace the plain export at `path` by its fused graph when that graph is whole and equals
-    torch (module doc); returns whether it did. `shape` is (num_heads, hidden_size)."""
+    torch (module doc); returns whether it did. `shape` is (num_heads, hidden_size). An optimizer
+    or check that raises (another onnxruntime, an odd graph) keeps the plain export too: fusion
+    is a speed-up, never a reason for a run to fail."""
     fused = path.with_name(path.name + ".fused")
     try:
         model = optimize(path, *shape)
@@ -43,6 +45,9 @@ def fuse_text_encoder(model_dir: Path, path: Path, shape: tuple[int, int]) -> bo
             return False
         os.replace(fused, path)
         return True
+    except Exception as exc:  # noqa: BLE001
+        logging.getLogger(__name__).debug("fusion skipped: %s: %s", type(exc).__name__, exc)
+        return False
     finally:
         with contextlib.suppress(FileNotFoundError):
             fused.unlink()
