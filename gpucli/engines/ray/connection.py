@@ -167,22 +167,15 @@ def cores() -> int:
 
 
 @contextlib.contextmanager
-def data_context(setup_timeout_s: float) -> Iterator[None]:
+def data_context() -> Iterator[None]:
     """Our progress instead of Ray's bars; dropped blocks instead of an aborted job; Ray Data's
-    INFO lines and error tracebacks kept out of the terminal (they still go to its log file in the session dir).
-    An actor pool whose actors have not all loaded the model (their constructors) within
-    `setup_timeout_s` fails with Ray's GetTimeoutError: the local engine's setup timeout, timed
-    by Ray Data itself (`wait_for_min_actors_s`), not by the first rows, which come only after a
-    whole window was predicted."""
-    import math
-
+    INFO lines and error tracebacks kept out of the terminal (they still go to its log file in the session dir)."""
     import ray.data
     from ray.util.debug import log_once
 
     ctx = ray.data.DataContext.get_current()
-    saved = ctx.enable_progress_bars, ctx.max_errored_blocks, ctx.wait_for_min_actors_s
+    saved = ctx.enable_progress_bars, ctx.max_errored_blocks
     ctx.enable_progress_bars, ctx.max_errored_blocks = False, -1
-    ctx.wait_for_min_actors_s = max(1, math.ceil(setup_timeout_s))
     log_once("ray_data_progress_manager_disabled")  # we disabled them on purpose: no warning about it
     consoles = [h for h in logging.getLogger("ray.data").handlers if isinstance(h, logging.StreamHandler)]
     levels = [h.level for h in consoles]
@@ -191,7 +184,7 @@ def data_context(setup_timeout_s: float) -> Iterator[None]:
     try:
         yield
     finally:
-        ctx.enable_progress_bars, ctx.max_errored_blocks, ctx.wait_for_min_actors_s = saved
+        ctx.enable_progress_bars, ctx.max_errored_blocks = saved
         for handler, level in zip(consoles, levels, strict=True):
             handler.setLevel(level)
 

@@ -73,15 +73,12 @@ class RayJob:
                 remote = self.config.ray_address or os.environ.get("RAY_ADDRESS")
                 self._phase("joining the Ray cluster" if remote else "starting Ray")
                 leave = joined(connector, self.config.ray_address)
-                with sigterm_interrupts(self._on_sigterm), data_context(self.config.setup_timeout_s):
+                with sigterm_interrupts(self._on_sigterm), data_context():
                     self._run_on(make_plan(self.config))
         except KeyboardInterrupt:
             if self.watch is not None and self.watch.reason:
                 raise self.watch.error() from None
             self.stopping = self.stopping or signal.SIGINT
-        except ray.exceptions.GetTimeoutError:  # data_context: the actors did not load in time
-            raise WorkerSetupError(f"no Ray actor loaded the model within {self.config.setup_timeout_s:g}s "
-                                   "(--setup-timeout-s; on Ray counted from the start of the actor pool)") from None
         except ray.exceptions.RayError as exc:
             raise RunFailedError(f"Ray stopped the run: {first_line(exc)}. Results written so far are kept.") from None
         finally:
@@ -97,7 +94,7 @@ class RayJob:
         self.job.use_devices([plan.device])  # CPU caps on CPU actors
         self._phase(f"loading the model in {plan.actors} Ray actor(s) "
                     f"({plan.num_gpus:g} GPU, {plan.num_cpus:g} CPU each)")
-        with NodeWatch(plan) as self.watch:
+        with NodeWatch(plan, self.config.setup_timeout_s) as self.watch:
             self._consume(self._dataset(plan, alone=False))
             if self.sent:
                 self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor or node; running them again")
@@ -173,6 +170,8 @@ class RayJob:
         if kind == CAPS:
             self.job.progress.log(f"ray: {row['error']} ({row['worker']})")
             return
+        if self.watch is not None:
+            self.watch.loaded = True
         times = self.seconds[kind]
         times[row["worker"]] = times.get(row["worker"], 0.0) + row["seconds"]
         data = pickle.loads(row["data"])
@@ -224,13 +223,18 @@ class RayJob:
 class NodeWatch:
     """Looks at the run while it goes on, from a thread, and stops the driver (a SIGINT to the
     main thread, which `run` turns into the failure) when Ray Data would otherwise wait forever:
-    no live node can hold a predictor actor any more (the nodes that could are gone): the run
-    fails, exit 3. (An actor pool that does not load within --setup-timeout-s is Ray Data's
-    own gate: see `connection.data_context`.)"""
+    * no live node can hold a predictor actor any more (the nodes that could are gone; readers
+      ask for no CPU): the run fails, exit 3;
+    * no actor has loaded the model (no row came back) within --setup-timeout-s of the start:
+      the run fails like the local engine's setup timeout (a WorkerSetupError)."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, setup_timeout_s: float) -> None:
         self.plan = plan
+        self.setup_timeout_s = setup_timeout_s
         self.reason = ""
+        self.setup_failed = False
+        self.loaded = False  # set by the driver at its first row
+        self._started = time.monotonic()
         self._stop = threading.Event()
         self._signal_lock = threading.Lock()  # no signal once the driver left the watched passes
         self._thread = threading.Thread(target=self._loop, name="gpucli-ray-watch", daemon=True)
@@ -245,12 +249,17 @@ class NodeWatch:
         self._thread.join(timeout=WATCH_S * 2)
 
     def error(self) -> Exception:
-        return RunFailedError(f"{self.reason}. Results written so far are kept; a rerun once nodes are back "
-                              "does the rest.")
+        return WorkerSetupError(self.reason) if self.setup_failed else RunFailedError(
+            f"{self.reason}. Results written so far are kept; a rerun once nodes are back does the rest.")
 
     def _loop(self) -> None:
         misses = 0
-        while not self._stop.wait(WATCH_S):
+        while not self._stop.wait(min(WATCH_S, self.setup_timeout_s / 4)):
+            if not self.loaded and time.monotonic() - self._started > self.setup_timeout_s:
+                self.setup_failed = True
+                self._stop_driver(f"no Ray actor loaded the model within {self.setup_timeout_s:g}s "
+                                  "(--setup-timeout-s; on Ray counted from the start of the actor pool)")
+                return
             misses = misses + 1 if self._unplaceable() else 0
             if misses >= WATCH_MISSES:
                 self._stop_driver(f"no node of the Ray cluster can run the model any more (an actor needs "
