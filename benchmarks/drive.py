@@ -29,10 +29,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # benchmarks.sim and tests.fake_task, here and in spawned workers
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
 
-import gpucli.pipeline as pipeline  # noqa: E402
-from gpucli.config import RunConfig  # noqa: E402
-from gpucli.pool import WorkerPool  # noqa: E402
-
 MARKS: dict[str, float] = {}
 if os.environ.get("BENCH_TRACEMALLOC"):
     import tracemalloc
@@ -57,24 +53,30 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-class TimedPool(WorkerPool):
-    """Notes when every worker is ready and when the pool is asked to stop, with the CPU
-    seconds spent by this process and by the workers at those moments."""
+def timed_pool_class():
+    """gpucli's WorkerPool noting when every worker is ready and when the pool is asked to
+    stop, with the CPU seconds spent by this process and by the workers at those moments.
+    (Built in `main`: a spawned reader or worker re-runs this file as `__mp_main__`, and
+    must not import the pipeline for nothing, as a user's `gpucli` script does not.)"""
+    from gpucli.pool import WorkerPool
 
-    async def start(self) -> None:
-        MARKS["pool_start"] = time.monotonic()
-        await super().start()
-        MARKS["ready"] = time.monotonic()
-        CPU["parent_ready"] = cpu_seconds([os.getpid()])
-        CPU["workers_ready"] = cpu_seconds([w.pid for w in self.workers])
+    class TimedPool(WorkerPool):
+        async def start(self) -> None:
+            MARKS["pool_start"] = time.monotonic()
+            await super().start()
+            MARKS["ready"] = time.monotonic()
+            CPU["parent_ready"] = cpu_seconds([os.getpid()])
+            CPU["workers_ready"] = cpu_seconds([w.pid for w in self.workers])
 
-    async def stop(self, deadline: float) -> None:
-        MARKS["stop"] = time.monotonic()
-        CPU["workers_stop"] = cpu_seconds([w.pid for w in self.workers])
-        if os.environ.get("BENCH_TRACEMALLOC"):
-            report_allocations(int(os.environ["BENCH_TRACEMALLOC"]))
-        await super().stop(deadline)
-        MARKS["stopped"] = time.monotonic()
+        async def stop(self, deadline: float) -> None:
+            MARKS["stop"] = time.monotonic()
+            CPU["workers_stop"] = cpu_seconds([w.pid for w in self.workers])
+            if os.environ.get("BENCH_TRACEMALLOC"):
+                report_allocations(int(os.environ["BENCH_TRACEMALLOC"]))
+            await super().stop(deadline)
+            MARKS["stopped"] = time.monotonic()
+
+    return TimedPool
 
 
 def report_allocations(top: int) -> None:
@@ -132,8 +134,11 @@ def main() -> None:
     fields.setdefault("progress", "off")
     fields.setdefault("quiet", True)
     fields.setdefault("devices", "cpu")
+    import gpucli.pipeline as pipeline
+    from gpucli.config import RunConfig
+
     config = RunConfig(**fields)
-    pipeline.WorkerPool = TimedPool
+    pipeline.WorkerPool = timed_pool_class()
     if os.environ.get("BENCH_TIME_WRITES"):  # diagnosis: split each flush into table / sink / commit
         pipeline.Writer = timed_writer_class()
     if os.environ.get("BENCH_WORKER_THREADS"):  # an experiment knob: torch/OMP threads per worker
