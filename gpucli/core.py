@@ -35,7 +35,7 @@ from gpucli.config import RunConfig
 from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UsageError
 from gpucli.output import Output
 from gpucli.progress import Counts, Progress, make_progress
-from gpucli.reader import Found, ReadChunk, WalkFilter, WalkReport, walk
+from gpucli.reader import Found, ReadChunk, WalkFilter, WalkReport, walk_blocks
 from gpucli.records import Failure, Items, Source, concat_outputs
 from gpucli.tasks import Task, TaskSpec, get_task
 from gpucli.writer import COMPLETE, DONE, FAILED, OPEN, Part, PartBuffer, rows_to_table
@@ -77,14 +77,28 @@ class RunSummary:
         return data
 
 
-def _limited(found: Iterator[Found], limit: int) -> Iterator[Found]:
+def _limited(blocks: Iterator[list[Source | Failure]], limit: int) -> Iterator[list[Source | Failure]]:
+    """The walk's blocks up to `limit` inputs (failure records pass; the walk stops at the limit)."""
     sources = 0
+    for block in blocks:
+        for i, entry in enumerate(block):
+            if isinstance(entry, Source):
+                if sources == limit:
+                    yield block[:i]
+                    return
+                sources += 1
+        yield block
+
+
+def _in_blocks(found: Iterator[Found], size: int = 256) -> Iterator[list[Source | Failure]]:
+    block: list[Source | Failure] = []
     for item in found:
-        if item.source is not None:
-            if sources == limit:
-                return
-            sources += 1
-        yield item
+        block.append(item.source if item.source is not None else item.failure)
+        if len(block) == size:
+            yield block
+            block = []
+    if block:
+        yield block
 
 
 def _now() -> str:
@@ -289,15 +303,22 @@ class Job:
 
         return Attempts(self.output.begin_attempts, self.output.end_attempts)
 
-    def walk(self, exclude: list[str] | None = None) -> Iterator[Found]:
-        """The inputs, at most `--limit` of them (a limited walk is incomplete: it prunes nothing)."""
+    def walk_blocks(self, exclude: list[str] | None = None) -> Iterator[list[Source | Failure]]:
+        """The inputs in blocks (reader.walk_blocks), at most `--limit` of them (a limited walk is
+        incomplete: it prunes nothing)."""
         if self.config.from_table:  # texts from a table's rows, one record per row (gpucli/tables.py)
-            found = tables.records(self.config, self.report, self.max_bytes)
-            return _limited(found, self.config.limit) if self.config.limit else found
-        flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
-        found = walk(list(self.config.paths), flt, self.output.walk_exclusions() if exclude is None else exclude,
-                     self.report)
-        return _limited(found, self.config.limit) if self.config.limit else found
+            blocks = _in_blocks(tables.records(self.config, self.report, self.max_bytes))
+        else:
+            flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
+            blocks = walk_blocks(list(self.config.paths), flt,
+                                 self.output.walk_exclusions() if exclude is None else exclude, self.report)
+        return _limited(blocks, self.config.limit) if self.config.limit else blocks
+
+    def walk(self, exclude: list[str] | None = None) -> Iterator[Found]:
+        """The inputs one at a time (see `walk_blocks`)."""
+        for block in self.walk_blocks(exclude):
+            for entry in block:
+                yield Found(source=entry) if isinstance(entry, Source) else Found(failure=entry)
 
     def seen(self) -> Callable[[list[str]], None] | None:
         """For --prune: where the walk's paths go (the ledger, not memory)."""

@@ -184,7 +184,7 @@ class Pipeline:
         lookup = job.output.lookup()
         processes = job.reader_processes()
         try:
-            async for chunk in read_chunks(job.walk(), job.task, job.max_bytes, job.chunk_files,
+            async for chunk in read_chunks(job.walk_blocks(), job.task, job.max_bytes, job.chunk_files,
                                            self.config.read_chunks_in_flight, lookup, job.seen(),
                                            job.clocks["read"], processes, job.attempts()):
                 block = job.accounts.read(chunk)
