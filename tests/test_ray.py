@@ -331,3 +331,29 @@ def test_an_actor_that_never_loads_its_model_fails_the_run_at_the_setup_timeout(
         run_with("ray", FAKE, [root], tmp_path / "out.parquet", {"setup_sleep_s": 3600}, setup_timeout_s=3)
     # the hung actor is gone with the run: the next run gets the CPUs
     assert run_with("ray", FAKE, [root], tmp_path / "again.parquet").succeeded == 1
+
+
+@pytest.mark.slow
+def test_a_first_batch_slower_than_the_setup_timeout_is_not_a_setup_failure(ray_session, tree, tmp_path):
+    """The setup timeout times the model's load (the Predictor's constructor), not the first
+    rows: here the model loads at once and the only batch takes 10 s against an 8 s timeout (an
+    actor takes 1-3 s to start on a busy 2-core box: the margin keeps the test off the clock)."""
+    root = tree({"a.txt": "one line\n"})
+    summary = run_with("ray", FAKE, [root], tmp_path / "out.parquet", {"sleep_ms": 10_000}, setup_timeout_s=8)
+    assert (summary.succeeded, summary.failed, summary.exit_code) == (1, 0, 0)
+    assert len(rows_by_key(tmp_path / "out.parquet")) == 1
+    from ray.experimental import internal_kv
+
+    assert internal_kv._internal_kv_list("", namespace="gpucli") == []  # the run's readiness key is gone
+
+
+@pytest.mark.slow
+def test_a_predictors_loaded_mark_is_seen_by_its_run_only_and_forgotten(ray_session):
+    from gpucli.engines.ray.readiness import forget, loaded, mark_loaded, new_run_id
+
+    mine, other = new_run_id(), new_run_id()
+    assert not loaded(mine)
+    ray_session.get(ray_session.remote(num_cpus=0)(mark_loaded).remote(mine))  # as a worker process does
+    assert loaded(mine) and not loaded(other)
+    forget(mine)
+    assert not loaded(mine)

@@ -43,6 +43,7 @@ from gpucli.worker import describe_error, keep_freed_memory, limit_threads, limi
 
 from .connection import cores, retries
 from .planning import READ_CPUS, READER_ACTOR_CPUS, Plan, chunks_per_call
+from .readiness import mark_loaded
 
 CHUNK, BATCH, SETUP, CAPS = "chunk", "batch", "setup", "caps"
 
@@ -87,15 +88,16 @@ def from_source_rows(rows: list[dict[str, Any]]) -> tuple[list[Source], dict[str
 
 
 def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: int, caps: BatchCaps,
-            chunk_files: int, window_items: int, alone: bool, batch_timeout_s: float = 0.0):
+            chunk_files: int, window_items: int, alone: bool, batch_timeout_s: float = 0.0, run_id: str = ""):
     """Source rows -> readers (`chunk_files` a call) -> predictors (a window of chunks a call).
+    `run_id`: where predictors mark the model loaded (readiness.py).
     `alone`: each input in Ray tasks of its own (the model loads per file: for the few files of
     dropped batches); tasks, not actors, so that a crash takes down that file's task only,
     whatever the Ray version does with the calls queued on a restarting actor."""
     import ray.data
 
     chunk = 1 if alone else chunk_files
-    read_args, predict_args = (spec, max_bytes), (spec, plan.device, plan.threads, caps, batch_timeout_s)
+    read_args, predict_args = (spec, max_bytes), (spec, plan.device, plan.threads, caps, batch_timeout_s, run_id)
     predict = dict(num_cpus=plan.num_cpus, num_gpus=plan.num_gpus)
     if alone:
         stages = [dict(fn=read_alone, fn_args=read_args, batch_size=None, num_cpus=READ_CPUS, **retries("max_retries")),
@@ -143,9 +145,12 @@ class Predictor:
     """Loads the model once per actor; runs a window of chunks as batches cut by count and cost,
     largest first. A batch that raises is halved (recovery.after_error) until the failing item
     stands alone, so one bad input costs one file. Repeated out-of-memory errors lower this
-    actor's caps for the rest of the run (recovery.caps_after_oom, as the local engine does)."""
+    actor's caps for the rest of the run (recovery.caps_after_oom, as the local engine does).
+    The constructor tells the driver it is done (`readiness.mark_loaded`): --setup-timeout-s
+    times the load, not the first window."""
 
-    def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0) -> None:
+    def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0,
+                 run_id: str = "") -> None:
         limit_threads(min(threads, cores()))
         keep_freed_memory()
         self.caps = caps
@@ -158,6 +163,7 @@ class Predictor:
             limit_torch_threads(min(threads, cores()))
         except BaseException as exc:  # noqa: BLE001
             self.setup_error = describe_error(exc)
+        mark_loaded(run_id)
 
     def __call__(self, table):
         if self.setup_error:
@@ -213,8 +219,9 @@ def read_alone(table, spec: TaskSpec, max_bytes: int):
     return Reader(spec, max_bytes)(table)
 
 
-def predict_alone(table, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0):
-    return Predictor(spec, device, threads, caps, batch_timeout_s)(table)
+def predict_alone(table, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0,
+                  run_id: str = ""):
+    return Predictor(spec, device, threads, caps, batch_timeout_s, run_id)(table)
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from gpucli.records import Failure, Source
 from .actors import BATCH, CAPS, CHUNK, SETUP, dataset, source_row
 from .connection import connect, data_context, first_line, joined, nothing, sigterm_interrupts
 from .planning import Plan, make_plan, placeable
+from .readiness import forget, loaded, new_run_id
 
 LIST_CHUNK = 1000  # walk entries per ledger lookup and per --prune `seen` call
 WATCH_S = 2.0  # how often the driver looks at the cluster's nodes
@@ -60,6 +61,7 @@ class RayJob:
         self.write_s = 0.0
         self._last_flush = time.monotonic()
         self.watch: NodeWatch | None = None
+        self.run_id = new_run_id()  # where this run's predictors say they loaded the model (readiness.py)
 
     def run(self, connector: Callable[[], Callable[[], None]]) -> RunSummary:
         import ray.exceptions
@@ -94,7 +96,7 @@ class RayJob:
         self.job.use_devices([plan.device])  # CPU caps on CPU actors
         self._phase(f"loading the model in {plan.actors} Ray actor(s) "
                     f"({plan.num_gpus:g} GPU, {plan.num_cpus:g} CPU each)")
-        with NodeWatch(plan, self.config.setup_timeout_s) as self.watch:
+        with NodeWatch(plan, self.config.setup_timeout_s, self.run_id) as self.watch:
             self._consume(self._dataset(plan, alone=False))
             if self.sent:
                 self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor or node; running them again")
@@ -144,7 +146,7 @@ class RayJob:
         """The inputs no chunk came back for, through the readers and predictors."""
         job = self.job
         return dataset([source_row(s) for s in self.sent.values()], plan, job.spec, job.max_bytes, job.caps,
-                       job.chunk_files, self._window(), alone, self.config.batch_timeout_s)
+                       job.chunk_files, self._window(), alone, self.config.batch_timeout_s, self.run_id)
 
     def _window(self) -> int:
         """Items per predictor call: the local dispatcher's sorted window."""
@@ -225,15 +227,18 @@ class NodeWatch:
     main thread, which `run` turns into the failure) when Ray Data would otherwise wait forever:
     * no live node can hold a predictor actor any more (the nodes that could are gone; readers
       ask for no CPU): the run fails, exit 3;
-    * no actor has loaded the model (no row came back) within --setup-timeout-s of the start:
-      the run fails like the local engine's setup timeout (a WorkerSetupError)."""
+    * no actor has loaded the model within --setup-timeout-s of the start (none marked itself
+      loaded under `run_id`, see readiness.py, and no row came back): the run fails like the
+      local engine's setup timeout (a WorkerSetupError). A first window slower than the
+      timeout is no setup failure: the load is timed, not the first results."""
 
-    def __init__(self, plan: Plan, setup_timeout_s: float) -> None:
+    def __init__(self, plan: Plan, setup_timeout_s: float, run_id: str = "") -> None:
         self.plan = plan
         self.setup_timeout_s = setup_timeout_s
+        self.run_id = run_id
         self.reason = ""
         self.setup_failed = False
-        self.loaded = False  # set by the driver at its first row
+        self.loaded = False  # set by the watch from the actors' mark, or by the driver at its first row
         self._started = time.monotonic()
         self._stop = threading.Event()
         self._signal_lock = threading.Lock()  # no signal once the driver left the watched passes
@@ -247,6 +252,8 @@ class NodeWatch:
         with self._signal_lock:
             self._stop.set()
         self._thread.join(timeout=WATCH_S * 2)
+        if self.run_id:
+            forget(self.run_id)
 
     def error(self) -> Exception:
         return WorkerSetupError(self.reason) if self.setup_failed else RunFailedError(
@@ -255,6 +262,7 @@ class NodeWatch:
     def _loop(self) -> None:
         misses = 0
         while not self._stop.wait(min(WATCH_S, self.setup_timeout_s / 4)):
+            self.loaded = self.loaded or bool(self.run_id and loaded(self.run_id))
             if not self.loaded and time.monotonic() - self._started > self.setup_timeout_s:
                 self.setup_failed = True
                 self._stop_driver(f"no Ray actor loaded the model within {self.setup_timeout_s:g}s "
