@@ -153,8 +153,9 @@ class Output:
         return not self.incremental or not self.ledger.has_done()
 
     def lookup(self):
-        """For the reader: the ledger's entries, or None for `--full`."""
-        return self.ledger.lookup if self.incremental else None
+        """For the reader: the ledger's entries, or None when no entry can spare a read: for
+        `--full`, and for a first run (the reader skips only inputs an earlier run finished)."""
+        return None if self.all_new() else self.ledger.lookup
 
     def commit(self, sources: list[Source], rows: list[int], location: str | None) -> None:
         """After the sink made these rows durable (writer thread)."""
