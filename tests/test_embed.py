@@ -151,3 +151,59 @@ def test_a_window_spans_its_first_to_last_token_in_the_text_for_odd_texts():
         assert block.meta["char_start"][rows[0]] == offsets[0][0]
         assert block.meta["char_end"][rows[-1]] == offsets[-1][1]
         assert block.meta["text"][rows[0]] == text[offsets[0][0]:block.meta["char_end"][rows[0]]]
+
+
+def test_ascii_texts_take_their_spans_from_the_text_and_match_the_tokenizers_offsets():
+    """BERT's tokenizer on ASCII text: the spans come from the text (tasks/_spans.py), not from
+    offsets. Texts built to break that rule (every ASCII character, control characters at the
+    ends and inside, added tokens written in the text, words over WordPiece's length limit)
+    must give the tokenizer's own first and last offsets, and the same ids."""
+    import random
+
+    task = create_task(TaskSpec("embed", "minilm"))
+    task.open()
+    assert task._ends_from_text
+    rng = random.Random(7)
+    pieces = [chr(i) for i in range(32, 127)] + [" [MASK] ", "[CLS]", "[SEP]", "[UNK]", "x" * 120, "\r\n",
+                                                 "don't", "U.S.A.", "##ing"]
+    spaces = [" ", "\t", "\n", "\x0b", "\x0c", "\r"]  # control characters a text file may hold freely
+    controls = [chr(i) for i in range(32) if chr(i) not in spaces] + ["\x7f"]  # at most 1% of a text's characters
+
+    def text() -> str:
+        ends = ["".join(rng.choice(spaces) for _ in range(rng.randint(0, 3))) for _ in range(2)]
+        body = "".join(rng.choice(spaces) if rng.random() < 0.1 else rng.choice(pieces) for _ in range(rng.randint(1, 50)))
+        if len(body) > 200 and rng.random() < 0.5:  # one hard control character: first, last or anywhere
+            at = rng.choice([0, len(body), rng.randint(0, len(body))])
+            body = body[:at] + rng.choice(controls) + body[at:]
+        return ends[0] + body + ends[1]
+
+    texts = [text() for _ in range(3000)] + [f"{c}{'word ' * 49}{c}" for c in controls]  # each at both ends
+    texts = [t for t in texts if t.strip() and len(task.tokenizer.encode(t, add_special_tokens=False))]
+    sources = [Source(i, f"p{i}", f"p{i}") for i in range(len(texts))]
+    block, failures = task.prepare_many(sources, [t.encode() for t in texts])
+    assert not failures and len(block) == len(texts)
+    for i, sid in enumerate(block.source_ids.tolist()):
+        text = texts[sid]
+        encoding = task.tokenizer.encode(text, add_special_tokens=False)
+        assert block.meta["char_start"][i] == encoding.offsets[0][0], repr(text)
+        assert block.meta["char_end"][i] == encoding.offsets[-1][1], repr(text)
+        assert block.payload.row(i).tolist() == encoding.ids
+
+
+def test_spans_come_from_offsets_for_tokenizers_outside_the_rule():
+    """Another pre-tokenizer, a normalizer that keeps control characters, or an added token that
+    takes the whitespace around it: the offsets decide, as before."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    from gpucli.tasks._spans import ends_from_text
+
+    task = create_task(TaskSpec("embed", "minilm"))
+    task.open()
+    base = json.loads(task.tokenizer.to_str())
+    assert ends_from_text(Tokenizer.from_str(json.dumps(base)))
+    for change in ({"pre_tokenizer": {"type": "Whitespace"}},
+                   {"normalizer": {**base["normalizer"], "clean_text": False}},
+                   {"added_tokens": [{**base["added_tokens"][0], "lstrip": True}] + base["added_tokens"][1:]}):
+        assert not ends_from_text(Tokenizer.from_str(json.dumps({**base, **change}))), change

@@ -20,6 +20,7 @@ from gpucli.backends import host_devices, pin_choice, quantize_info, resolve_bac
 from gpucli.errors import InputError, UsageError
 from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import Failure, Item, Items, Ragged, Source
+from gpucli.tasks._spans import ascii_ends, ends_from_text
 from gpucli.tasks._st_modules import (
     apply_lower_case,
     pool,
@@ -160,6 +161,7 @@ class EmbedTask(Task):
         self.prompts = resolve_prompts(self.st, self.options.prompt, self.options.prefix)
         self.path = self.st.transformer_dir  # the model directory itself, but for old 0_BERT/ layouts
         self.tokenizer = apply_lower_case(load_tokenizer(self.path), self.st)
+        self._ends_from_text = ends_from_text(self.tokenizer)
         # --- end model fidelity ---
         config = json.loads((Path(self.path) / "config.json").read_text(encoding="utf-8"))
         self.max_tokens = _max_tokens(self.path, config)
@@ -246,14 +248,32 @@ class EmbedTask(Task):
         file stays bounded (a whole 100 MB text in one `encode` peaked at ~170 MiB per MiB)."""
         small = [i for i, t in enumerate(texts) if len(t) <= SLICE_CHARS]
         if not self.prompt and len(small) == len(texts):  # the common case, without a step per text
-            return [(enc.ids, _ends(enc) if len(enc) <= self.window else enc.offsets)
-                    for enc in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+            return self._tokenize_plain(texts)
         out: list[tuple[Any, Any]] = [([], [])] * len(texts)
         encodings = self.tokenizer.encode_batch([self.prompt + texts[i] for i in small], add_special_tokens=False)
         for i, enc in zip(small, encodings):
             out[i] = self._without_prompt(enc.ids, enc.offsets)
         for i in (i for i, t in enumerate(texts) if len(t) > SLICE_CHARS):
             out[i] = self._tokenize_large(texts[i])
+        return out
+
+    def _tokenize_plain(self, texts: list[str]) -> list[tuple[Any, Any]]:
+        """Texts without a prompt. An ASCII text that surely fits one window (no more characters
+        than the window has tokens) is tokenized without offsets when its ends follow from the
+        text (tasks/_spans.py): ~15% of the tokenizer's time."""
+        encode = self.tokenizer.encode_batch
+        fast = [i for i, t in enumerate(texts) if len(t) <= self.window and t.isascii()] if self._ends_from_text else []
+        if not fast:
+            return [(enc.ids, _ends(enc) if len(enc) <= self.window else enc.offsets)
+                    for enc in encode(texts, add_special_tokens=False)]
+        out: list[tuple[Any, Any]] = [None] * len(texts)  # type: ignore[list-item]
+        quick = self.tokenizer.encode_batch_fast([texts[i] for i in fast], add_special_tokens=False)
+        for i, enc in zip(fast, quick):
+            out[i] = (enc.ids, ascii_ends(texts[i]) if len(enc) else ())
+        if len(fast) < len(texts):
+            rest = [i for i, done in enumerate(out) if done is None]
+            for i, enc in zip(rest, encode([texts[i] for i in rest], add_special_tokens=False)):
+                out[i] = (enc.ids, _ends(enc) if len(enc) <= self.window else enc.offsets)
         return out
 
     def _without_prompt(self, ids: list[int], offsets: list[tuple[int, int]]) -> tuple[Any, Any]:
