@@ -8,7 +8,6 @@ aiofiles). Nothing here ever opens a FIFO, socket or device: they would block fo
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import fnmatch
@@ -133,6 +132,9 @@ def walk_blocks(roots: list[str], flt: WalkFilter, exclude: Iterable[str | os.Pa
     walker.report.complete = True
 
 
+WALK_BLOCK = 4096  # entries per block of the walk, at most
+
+
 class _Walker:
     """One walk's state. Memory grows with the directories (each real directory is listed
     once) and with the files named through links or as roots, never with all files: a file
@@ -183,14 +185,15 @@ class _Walker:
                 yield [Failure(rel, "read", f"cannot list directory: {exc.strerror}")]
                 continue
             subdirs: list[tuple[str, str]] = []
-            yield self._entries(directory, real, entries, real_root, subdirs)
+            yield from self._entries(directory, real, entries, real_root, subdirs)
             stack.extend(reversed(subdirs))
 
     def _entries(self, directory: str, real: str, entries: list[os.DirEntry], real_root: str,
-                 subdirs: list) -> list[Source | Failure]:
-        """One directory's entries. Plain files (the bulk of a tree) take a short path: the
-        directory's relative path is computed once, and the entry's type comes from the listing
-        (no system call); only their `stat` remains. Everything else goes through `_entry`."""
+                 subdirs: list) -> Iterator[list[Source | Failure]]:
+        """One directory's entries, in blocks of up to WALK_BLOCK. Plain files (the bulk of a
+        tree) take a short path: the directory's relative path is computed once, and the entry's
+        type comes from the listing (no system call); only their `stat` remains. Everything else
+        goes through `_entry`."""
         rel_dir = _rel(directory, self.base)
         prefix = "" if rel_dir == "." else rel_dir + "/"
         excluded = self.excluded_names.get(real, ())
@@ -199,6 +202,10 @@ class _Walker:
         out: list[Source | Failure] = []
         add = out.append
         for entry in entries:
+            if len(out) >= WALK_BLOCK:  # a huge directory's inputs are not all held at once
+                yield out
+                out = []
+                add = out.append
             name = entry.name
             try:
                 plain = entry.is_file(follow_symlinks=False) and name.isascii() and name[0] != "."
@@ -219,7 +226,7 @@ class _Walker:
                 out.extend(_unwrapped(self._file(entry.path, rel, explicit=False)))
                 continue
             add(Source(-1, rel, entry.path, st.st_size, st.st_mtime_ns, "", st.st_dev, st.st_ino))
-        return out
+        yield out
 
     def _entry(self, entry: os.DirEntry, real: str, real_root: str, subdirs: list) -> Iterator[Found]:
         """`real`: the entry's real path when it is not a link (its directory's real path + its name)."""
@@ -468,6 +475,7 @@ async def read_chunks(
     prepared in a reader process: the thread that walked the chunk hands it over, and the event
     loop awaits the result (no thread waits for a reader). Without, reader threads read and
     prepare. With `attempts`, large inputs are recorded before they are prepared (`Attempts`)."""
+    import asyncio  # here, not at the top: a reader process imports this module and needs no event loop
 
     def read(sources: list[Source]) -> ReadChunk:
         """One chunk in this thread (no reader processes)."""
@@ -527,7 +535,7 @@ async def read_chunks(
         handed = hand_over(sources) if processes is not None and sources else None
         return sources, failures, block is None, handed
 
-    pending: set[asyncio.Future] = set()
+    pending: set[Any] = set()
     done_walking = False
     try:
         while not done_walking or pending:
@@ -559,7 +567,7 @@ def _ended(chunk: ReadChunk, refused: list[Failure], large: list[str], attempts:
     return chunk
 
 
-def _quiet(task: asyncio.Future) -> None:
+def _quiet(task: Any) -> None:
     """Retrieve an abandoned read's outcome, so asyncio logs no 'exception never retrieved'."""
     if not task.cancelled():
         task.exception()
@@ -617,6 +625,7 @@ class ReaderProcesses:
 
     async def result(self, future: Any, sources: list[Source]) -> ReadChunk:
         """The `ReadChunk` of a submitted chunk, from what its reader sent back."""
+        import asyncio
         from concurrent.futures.process import BrokenProcessPool
 
         try:

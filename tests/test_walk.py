@@ -232,3 +232,25 @@ def test_the_walk_records_device_and_inode_and_an_in_place_rewrite_is_still_read
     assert (found.dev, found.ino) == (st.st_dev, st.st_ino)
     (root / "a.txt").write_text("second")
     assert read_source(found, lines, 1 << 20).items[0].payload == "second"
+
+
+def test_the_walk_comes_in_bounded_blocks_numbered_in_order(tmp_path, monkeypatch):
+    """Blocks of a directory's entries (never more than WALK_BLOCK at once, however large the
+    directory), failure records in place, sources numbered 0, 1, 2, ... in walk order: the
+    same inputs, in the same order, as one at a time."""
+    import gpucli.reader as reader
+
+    monkeypatch.setattr(reader, "WALK_BLOCK", 7)
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        for i in range(10):
+            (tmp_path / d / f"{i:02d}.txt").write_text("x")
+    os.symlink(tmp_path / "missing", tmp_path / "a" / "05b.txt")  # a dangling link: a failure record
+    blocks = list(reader.walk_blocks([str(tmp_path)], TXT))
+    assert all(0 < len(b) <= 7 for b in blocks)
+    entries = [e for b in blocks for e in b]
+    sources = [e for e in entries if isinstance(e, Source)]
+    assert [s.id for s in sources] == list(range(20))
+    assert [e.path for e in entries] == [f.source.path if f.source else f.failure.path
+                                         for f in walk([str(tmp_path)], TXT)]
+    assert [e.path for e in entries if not isinstance(e, Source)] == ["a/05b.txt"]
