@@ -620,8 +620,13 @@ class ReaderProcesses:
                                          initargs=(spec,))
 
     def submit(self, sources: list[Source], max_bytes: int, known: dict[str, Any] | None) -> Any:
-        """Read and prepare one chunk in a reader process: a future of what `chunk` takes."""
-        return self._pool.submit(_reader_read, _SentSources.of(sources), max_bytes, known)
+        """Read and prepare one chunk in a reader process: a future of what `result` takes."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._pool.submit(_reader_read, _SentSources.of(sources), max_bytes, known)
+        except BrokenProcessPool:
+            raise _died(sources) from None
 
     async def result(self, future: Any, sources: list[Source]) -> ReadChunk:
         """The `ReadChunk` of a submitted chunk, from what its reader sent back."""
@@ -631,12 +636,7 @@ class ReaderProcesses:
         try:
             back = await asyncio.wrap_future(future)
         except BrokenProcessPool:
-            from gpucli.errors import RunFailedError
-
-            names = ", ".join(s.path for s in sources[:3]) + (", ..." if len(sources) > 3 else "")
-            raise RunFailedError(f"a reader process died while preparing {len(sources)} file(s) ({names}), "
-                                 "probably out of memory; what was written is kept, and a rerun goes on (a large "
-                                 "file that kills its reader twice becomes a failure record)") from None
+            raise _died(sources) from None
         return back.chunk(sources)
 
     def close(self) -> None:
@@ -645,6 +645,15 @@ class ReaderProcesses:
         for process in processes:  # idle now, or reading for a run that stopped: nothing to keep
             if process.is_alive():
                 process.kill()
+
+
+def _died(sources: list[Source]) -> Exception:
+    from gpucli.errors import RunFailedError
+
+    names = ", ".join(s.path for s in sources[:3]) + (", ..." if len(sources) > 3 else "")
+    return RunFailedError(f"a reader process died while preparing {len(sources)} file(s) ({names}), probably out "
+                          "of memory; what was written is kept, and a rerun goes on (a large file that kills its "
+                          "reader twice becomes a failure record)")
 
 
 _READER_TASK: Any = None
