@@ -35,9 +35,10 @@ from gpucli.config import RunConfig
 from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UsageError
 from gpucli.output import Output
 from gpucli.progress import Counts, Progress, make_progress
-from gpucli.reader import Found, ReadChunk, WalkFilter, WalkReport, walk_blocks
+from gpucli.reader import ReadChunk
 from gpucli.records import Failure, Items, Source, concat_outputs
 from gpucli.tasks import Task, TaskSpec, get_task
+from gpucli.walk import Found, WalkFilter, WalkReport, walk_blocks
 from gpucli.writer import COMPLETE, DONE, FAILED, OPEN, Part, PartBuffer, rows_to_table
 
 STAGES = ("read", "queue", "infer", "write")
@@ -217,10 +218,10 @@ def output_settings(spec: TaskSpec, task: Task, metadata: dict[str, str]) -> dic
 
 
 def input_root(paths: tuple[str, ...]) -> str:
-    """The absolute directory the rows' `path` is relative to (see reader.common_base)."""
+    """The absolute directory the rows' `path` is relative to (see walk.common_base)."""
     from pathlib import Path
 
-    from gpucli.reader import common_base
+    from gpucli.walk import common_base
 
     return str(common_base([Path(os.path.abspath(p)) for p in paths])) if paths else ""
 
@@ -309,7 +310,7 @@ class Job:
         return Attempts(self.output.begin_attempts, self.output.end_attempts)
 
     def walk_blocks(self, exclude: list[str] | None = None) -> Iterator[list[Source | Failure]]:
-        """The inputs in blocks (reader.walk_blocks), at most `--limit` of them (a limited walk is
+        """The inputs in blocks (walk.walk_blocks), at most `--limit` of them (a limited walk is
         incomplete: it prunes nothing)."""
         if self.config.from_table:  # texts from a table's rows, one record per row (gpucli/tables.py)
             blocks = _in_blocks(tables.records(self.config, self.report, self.max_bytes))

@@ -19,7 +19,7 @@ from gpucli.state import Ledger, RunLock
 from gpucli.writer import FailureLog
 
 if TYPE_CHECKING:
-    from gpucli.reader import WalkReport
+    from gpucli.walk import WalkReport
 
 
 class Output:

@@ -2,7 +2,7 @@
 
 One input, from the walk to the ledger:
 
-    reader.walk -> reader.read_chunk (reader thread or process: read, hash, task.prepare_many)
+    walk.walk_blocks -> reader.read_chunk (reader thread or process: read, hash, task.prepare_many)
       -> Accounts.read (ends failed and unchanged inputs; expects the block's items)
       -> BlockQueue -> Batcher.next (a sorted window cut into batches)
       -> WorkerPool.send -> worker: task.predict -> WorkerPool (result, or recovery's decision)

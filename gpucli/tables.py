@@ -243,7 +243,7 @@ def records(config: Any, report: Any, max_bytes: int) -> Iterator[Any]:
     """The table's records as the walk's `Found`s (a Record, or a failure record), numbered
     from 0; fills `report` as a walk does, so that --prune removes only this table's records
     that its whole read did not find."""
-    from gpucli.reader import Found, _rel, common_base
+    from gpucli.walk import Found, _rel, common_base
 
     abspath = os.path.abspath(config.from_table)
     table = _rel(abspath, common_base([Path(abspath)]))

@@ -25,7 +25,7 @@ from gpucli.cli import app
 from gpucli.config import RunConfig
 from gpucli.errors import UsageError
 from gpucli.pipeline import run
-from gpucli.reader import WalkReport
+from gpucli.walk import WalkReport
 from tests.fake_task import FAKE
 from tests.test_pipeline import read_rows
 

@@ -18,8 +18,8 @@ import pytest
 
 from gpucli.errors import RunFailedError
 from gpucli.output import Output
-from gpucli.reader import WalkFilter, WalkReport, walk
 from gpucli.records import Source
+from gpucli.walk import WalkFilter, WalkReport, walk
 from tests.conftest import ROOT
 from tests.test_pipeline import read_rows
 from tests.test_walk import unlistable

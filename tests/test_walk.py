@@ -9,9 +9,10 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-from gpucli.reader import WalkFilter, WalkReport, read_chunk, walk
+from gpucli.reader import read_chunk
 from gpucli.records import Item, Source
 from gpucli.tasks import Task, TaskSpec
+from gpucli.walk import WalkFilter, WalkReport, walk
 
 TXT = WalkFilter((".txt",))
 EMBED_LIKE = WalkFilter((".txt", ".json", ".jsonl"))  # the embed task reads .json and .jsonl too
@@ -238,15 +239,15 @@ def test_the_walk_comes_in_bounded_blocks_numbered_in_order(tmp_path, monkeypatc
     """Blocks of a directory's entries (never more than WALK_BLOCK at once, however large the
     directory), failure records in place, sources numbered 0, 1, 2, ... in walk order: the
     same inputs, in the same order, as one at a time."""
-    import gpucli.reader as reader
+    import gpucli.walk as walk_module
 
-    monkeypatch.setattr(reader, "WALK_BLOCK", 7)
+    monkeypatch.setattr(walk_module, "WALK_BLOCK", 7)
     for d in ("a", "b"):
         (tmp_path / d).mkdir()
         for i in range(10):
             (tmp_path / d / f"{i:02d}.txt").write_text("x")
     os.symlink(tmp_path / "missing", tmp_path / "a" / "05b.txt")  # a dangling link: a failure record
-    blocks = list(reader.walk_blocks([str(tmp_path)], TXT))
+    blocks = list(walk_module.walk_blocks([str(tmp_path)], TXT))
     assert all(0 < len(b) <= 7 for b in blocks)
     entries = [e for b in blocks for e in b]
     sources = [e for e in entries if isinstance(e, Source)]

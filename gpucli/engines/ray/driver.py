@@ -29,8 +29,9 @@ from gpucli.config import RunConfig
 from gpucli.core import Job, RunSummary
 from gpucli.errors import RunFailedError, WorkerSetupError
 from gpucli.progress import Counts, Progress
-from gpucli.reader import Found, ReadChunk
+from gpucli.reader import ReadChunk
 from gpucli.records import Failure, Source
+from gpucli.walk import Found
 
 from .actors import BATCH, CAPS, CHUNK, SETUP, dataset, source_row
 from .connection import connect, data_context, first_line, joined, nothing, sigterm_interrupts
