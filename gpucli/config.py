@@ -33,7 +33,7 @@ class RunConfig:
     model: str = ""
     revision: str = ""  # a Hugging Face branch, tag or commit of --model ("" = the default branch)
     devices: str = "auto"
-    workers_per_device: int = 1
+    workers_per_device: int = 0  # 0 = one per device; on a CPU-only host the task's choice (Task.cpu_workers)
     batch_size: int = 0  # 0 = the task's default
     max_batch_cost: int = -1  # -1 = the task's default, 0 = no cap
     max_wait_ms: float = 10.0
@@ -83,7 +83,7 @@ class RunConfig:
         _check(self.progress in PROGRESS_MODES, f"--progress must be one of {', '.join(PROGRESS_MODES)}")
         _check(self.dtype in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}")
         _check(self.engine in ENGINES, f"--engine must be one of {', '.join(ENGINES)}")
-        _check(self.workers_per_device >= 1, "--workers-per-device must be at least 1")
+        _check(self.workers_per_device >= 0, "--workers-per-device must be at least 1 (0: the default)")
         _check(self.batch_size >= 0, "--batch-size must be positive")
         _check(self.max_batch_cost >= -1, "--max-batch-cost must be 0 (no cap) or positive")
         _check(self.max_wait_ms >= 0, "--max-wait-ms must be 0 or positive")

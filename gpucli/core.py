@@ -293,6 +293,17 @@ class Job:
     def chunk_files(self) -> int:
         return self.config.read_chunk_files or self.task_cls.read_chunk_files
 
+    def devices(self) -> list[str]:
+        """One entry per worker process: --workers-per-device per device when given, else one
+        per device, or on a CPU-only host the task's choice for its cores (Task.cpu_workers)."""
+        from gpucli.devices import resolve_devices
+
+        devices = resolve_devices(self.config.devices)
+        per_device = self.config.workers_per_device
+        if not per_device:
+            per_device = self.task.cpu_workers(_cores()) if devices == ["cpu"] else 1
+        return [device for device in devices for _ in range(per_device)]
+
     def reader_processes(self):
         """Reader processes for this run, or None to read in threads (see reader.ReaderProcesses):
         `read_processes` when set (0 = threads), else the task's choice for the host's cores."""

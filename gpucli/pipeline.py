@@ -35,7 +35,6 @@ from gpucli.core import (  # noqa: F401 - re-exported: the names other modules a
     output_settings,
     task_and_spec,
 )
-from gpucli.devices import resolve_devices
 from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM
 from gpucli.pool import PoolEvents, WorkerPool
 from gpucli.progress import Progress
@@ -93,7 +92,7 @@ class Pipeline:
 
     async def _run_opened(self) -> None:
         job, config = self.job, self.config
-        devices = resolve_devices(config.devices, config.workers_per_device)
+        devices = job.devices()
         job.use_devices(devices)
         self.queue = BlockQueue(config.queue_items or job.task_cls.queue_items)
         self.batcher = Batcher(self.queue, job.caps, job.window_items)

@@ -18,7 +18,7 @@ def test_precedence_flag_over_env_over_file_over_default(tmp_path):
     assert config.task_options["chunk_overlap"] == 12  # env over file
     assert config.max_wait_ms == 9  # task table over top level
     assert config.devices == "cpu"  # file over default
-    assert config.workers_per_device == 1  # default
+    assert config.workers_per_device == 0  # default: one per device, or the task's choice on a CPU-only host
 
 
 def test_env_values_are_typed():

@@ -207,3 +207,27 @@ def test_spans_come_from_offsets_for_tokenizers_outside_the_rule():
                    {"normalizer": {**base["normalizer"], "clean_text": False}},
                    {"added_tokens": [{**base["added_tokens"][0], "lstrip": True}] + base["added_tokens"][1:]}):
         assert not ends_from_text(Tokenizer.from_str(json.dumps({**base, **change}))), change
+
+
+def test_a_cpu_host_runs_a_real_model_in_one_single_threaded_worker_per_core_and_a_toy_in_one(tmp_path):
+    """Without --workers-per-device, a CPU-only host gets one worker per core (up to 4) for a
+    model of real size, and one for a toy model; the flag, or a GPU, decides otherwise."""
+    import dataclasses
+
+    from gpucli.config import RunConfig
+    from gpucli.core import Job
+
+    task = create_task(TaskSpec("embed", "minilm"))
+    task.open()
+    assert [task.cpu_workers(n) for n in (1, 2, 3, 16)] == [1, 2, 3, 4]
+    task.layer_weights = 32 * (4 * 32 + 2 * 37)  # the 1-layer, 32-wide BERT of benchmarks/host.py
+    assert task.cpu_workers(16) == 1
+
+    job = Job.__new__(Job)  # only what `devices` reads
+    job.task = create_task(TaskSpec("embed", "minilm"))
+    job.task.open()
+    job.config = RunConfig(task="embed", paths=(str(tmp_path),), devices="cpu")
+    cores = len(os.sched_getaffinity(0))
+    assert job.devices() == ["cpu"] * min(4, cores)
+    job.config = dataclasses.replace(job.config, workers_per_device=1)
+    assert job.devices() == ["cpu"]

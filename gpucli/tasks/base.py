@@ -86,6 +86,11 @@ class Task:
         `prepare` is CPU work in Python (tokenizing, decoding) overrides this."""
         return 0
 
+    def cpu_workers(self, cores: int) -> int:
+        """Worker processes on a CPU-only host with `cores` (each gets cores // workers threads),
+        when --workers-per-device is not given. Called on the opened task."""
+        return 1
+
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec
         self.options = self.Options(**spec.options)

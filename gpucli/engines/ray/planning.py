@@ -31,7 +31,7 @@ def make_plan(config: RunConfig) -> Plan:
     import ray
 
     resources = ray.cluster_resources()
-    return plan_for(config.devices, config.workers_per_device, float(resources.get("CPU", 1)),
+    return plan_for(config.devices, config.workers_per_device or 1, float(resources.get("CPU", 1)),
                     int(resources.get("GPU", 0)))
 
 
