@@ -12,6 +12,11 @@ from gpucli.tasks.embed import EmbedTask
 class NullEmbedTask(EmbedTask):
     name = "null-embed"
 
+    def cpu_workers(self, cores: int) -> int:
+        """One worker, as for one accelerator: the null device stands for a device that costs
+        nothing, not for CPU inference (where embed runs a worker per core)."""
+        return 1
+
     def setup(self, device: str) -> None:
         import numpy as np
 
