@@ -83,7 +83,7 @@ class RunConfig:
         _check(self.progress in PROGRESS_MODES, f"--progress must be one of {', '.join(PROGRESS_MODES)}")
         _check(self.dtype in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}")
         _check(self.engine in ENGINES, f"--engine must be one of {', '.join(ENGINES)}")
-        _check(self.workers_per_device >= 0, "--workers-per-device must be at least 1 (0: the default)")
+        _check(self.workers_per_device >= 0, "--workers-per-device must be 1 or more (or 0: the default)")
         _check(self.batch_size >= 0, "--batch-size must be positive")
         _check(self.max_batch_cost >= -1, "--max-batch-cost must be 0 (no cap) or positive")
         _check(self.max_wait_ms >= 0, "--max-wait-ms must be 0 or positive")

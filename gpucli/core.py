@@ -187,18 +187,16 @@ def input_fields():
             pa.field("digest", pa.string())]
 
 
-def input_columns(sources: list[Source], rows: np.ndarray | None = None) -> list[Any]:
-    """The per-input columns of rows whose inputs are `sources`: one value per source, or with
-    `rows` (each row's position in `sources`) one per row."""
+def input_columns(sources: list[Source], rows: np.ndarray) -> list[Any]:
+    """The per-input columns of rows whose inputs are `sources`: `rows` holds each row's
+    position in `sources`."""
     import pyarrow as pa
 
     size, mtime, digest = input_fields()
-    columns = [pa.array([s.size for s in sources], size.type), pa.array([s.mtime_ns for s in sources], mtime.type),
-               pa.array([s.digest for s in sources], digest.type)]
-    if rows is None:
-        return columns
     positions = pa.array(rows)
-    return [column.take(positions) for column in columns]
+    return [pa.array([s.size for s in sources], size.type).take(positions),
+            pa.array([s.mtime_ns for s in sources], mtime.type).take(positions),
+            pa.array([s.digest for s in sources], digest.type).take(positions)]
 
 
 def output_metadata(task: Task) -> dict[str, str]:
@@ -498,12 +496,9 @@ class Accounts:
         """The part's rows with their inputs' columns: `path` first (and a record's `id`), then
         the task's, then size, mtime and digest. Added once per part, not per batch: a few Arrow
         calls per batch were most of the parent's cost of a batch's rows."""
-        ids = part.source_ids  # sorted by input
-        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, np.int64)
-        sources = [self.sources[sid] for sid in ids[starts].tolist()]
-        rows = None if len(starts) == len(ids) else np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(ids)]))
-        paths = [s.path for s in sources] if rows is None else [sources[i].path for i in rows.tolist()]
-        table = tables.with_path(part.table, paths, self.schema)
+        inputs, rows = np.unique(part.source_ids, return_inverse=True)
+        sources = [self.sources[sid] for sid in inputs.tolist()]
+        table = tables.with_path(part.table, [sources[i].path for i in rows.tolist()], self.schema)
         for name, column in zip(input_fields(), input_columns(sources, rows)):
             table = table.append_column(name, column)
         return dataclasses.replace(part, table=table)

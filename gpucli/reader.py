@@ -155,21 +155,22 @@ async def read_chunks(
             return _ended(chunk, refused, large, attempts)
 
     def hand_over(sources: list[Source]) -> Any:
-        """One chunk to a reader process (in the walk's thread); the loop awaits `finish`."""
+        """One chunk to a reader process (in the walk's thread); the loop awaits `finish`. The
+        chunk counts as busy until its reader is done with it, whoever awaits it (a stopped run
+        drops the chunks it handed over)."""
         busy.__enter__()
         try:
             known = lookup([s.path for s in sources]) if lookup else None
             sources, refused, large = _guard_large(sources, attempts)
-            return sources, refused, large, processes.submit(sources, max_bytes, known)
+            future = processes.submit(sources, max_bytes, known)
         except BaseException:
             busy.__exit__(None, None, None)
             raise
+        future.add_done_callback(lambda _: busy.__exit__(None, None, None))
+        return sources, refused, large, future
 
     async def finish(sources: list[Source], refused: list[Failure], large: list[str], future: Any) -> ReadChunk:
-        try:
-            chunk = await processes.result(future, sources)
-        finally:
-            busy.__exit__(None, None, None)
+        chunk = await processes.result(future, sources)
         return await asyncio.to_thread(_ended, chunk, refused, large, attempts) if large \
             else _ended(chunk, refused, large, attempts)
 

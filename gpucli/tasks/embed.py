@@ -146,8 +146,8 @@ class EmbedTask(Task):
         return 1 if cores < 2 else max(2, min(4, cores // 4))
 
     def cpu_workers(self, cores: int) -> int:
-        """One single-threaded worker per core (up to 4, each a copy of the model) for a model of real
-        size; one worker for a toy one, whose forward costs less than a second worker's start (torch
+        """A worker per core (up to 4, each a copy of the model; the cores' threads are shared among
+        them, so on up to 4 cores each is single-threaded) for a model of real size; one worker for a toy one, whose forward costs less than a second worker's start (torch
         and transformers: ~4 s of CPU). Several batches at once on one thread each beat one batch on
         all threads: no OpenMP barrier per operator, no sleeping threads to wake (PASSIVE, see
         worker.limit_threads). Measured, default model, 2 cores, interleaved, docs/s from every
@@ -191,7 +191,7 @@ class EmbedTask(Task):
         self.pad_id = int(config.get("pad_token_id") or 0)
         hidden = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
         layers = int(config.get("num_hidden_layers") or config.get("n_layers") or config.get("num_layers") or 1)
-        inner = int(config.get("intermediate_size") or config.get("hidden_dim") or 4 * hidden)
+        inner = int(config.get("intermediate_size") or config.get("hidden_dim") or config.get("d_ff") or 4 * hidden)
         self.layer_weights = layers * (4 * hidden * hidden + 2 * hidden * inner)  # attention + feed-forward
         self.dims = hidden * len(self.st.pooling)  # model fidelity (issue 14): modes concatenate
         if not self.dims:
