@@ -26,6 +26,7 @@ from typing import Any
 from gpucli import recovery
 from gpucli.errors import GpucliError, RunFailedError, WorkerSetupError
 from gpucli.records import Batch, Items
+from gpucli.signals import held_from_children
 from gpucli.tasks import Task, TaskSpec
 from gpucli.worker import STOP, worker_main
 
@@ -163,7 +164,8 @@ class WorkerPool:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(target=worker_main, args=(child_conn, self.spec, worker.device, self.threads),
                                     name=f"gpucli-worker-{worker.index}", daemon=True)
-        process.start()
+        with held_from_children():
+            process.start()
         child_conn.close()
         worker.process, worker.conn, worker.ready, worker.alive = process, parent_conn, False, True
         worker.pid, worker.spawned_at = process.pid, time.monotonic()

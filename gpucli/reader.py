@@ -293,8 +293,11 @@ class ReaderProcesses:
         """Read and prepare one chunk in a reader process: a future of what `result` takes."""
         from concurrent.futures.process import BrokenProcessPool
 
+        from gpucli.signals import held_from_children
+
         try:
-            return self._pool.submit(_reader_read, _SentSources.of(sources), max_bytes, known)
+            with held_from_children():  # a submit may start a reader process
+                return self._pool.submit(_reader_read, _SentSources.of(sources), max_bytes, known)
         except BrokenProcessPool:
             raise _died(sources) from None
 
@@ -330,12 +333,10 @@ _READER_TASK: Any = None
 
 
 def _reader_init(spec: Any) -> None:
-    import signal
-
+    from gpucli.signals import leave_to_parent
     from gpucli.tasks import create_task
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    leave_to_parent()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per reader process
     global _READER_TASK
     _READER_TASK = create_task(spec)

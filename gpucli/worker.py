@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 import queue
-import signal
 import threading
 import time
 import traceback
 from typing import Any
 
+from gpucli.signals import leave_to_parent
 from gpucli.tasks import TaskSpec, create_task
 
 STOP = None
@@ -30,11 +30,7 @@ STOP = None
 
 def worker_main(conn: Any, spec: TaskSpec, device: str, threads: int) -> None:
     """Entry point of a spawned worker. Never raises: every problem becomes a message."""
-    # Ctrl-C and systemd's stop reach the whole process group: the parent decides, and stops
-    # its workers itself (a worker killed by the group's SIGTERM while loading made the run
-    # fail with "could not load the model" instead of exiting 143).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    leave_to_parent()  # a group's Ctrl-C or SIGTERM is the parent's to decide (gpucli.signals)
     limit_threads(threads)
     keep_freed_memory()
     try:

@@ -75,6 +75,57 @@ def test_a_signal_to_the_whole_group_while_the_model_loads_gives_its_exit_code_p
     assert stdout.split()[1] == str(code)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("held", [True, False])
+def test_a_child_started_with_the_stop_signals_held_ignores_a_group_signal_before_its_entry(tmp_path, monkeypatch,
+                                                                                          sig, held):
+    """The signal arrives while the child still imports its target (before its entry could
+    ignore it). Held: it is dropped and the child exits 0. Not held (the control): it kills
+    the child, which is what the hold is for."""
+    import contextlib
+    import multiprocessing as mp
+
+    from gpucli.signals import held_from_children
+
+    marker = tmp_path / "importing"
+    monkeypatch.setenv("GPUCLI_TEST_IMPORTING", str(marker))
+    monkeypatch.setenv("GPUCLI_TEST_IMPORT_S", "0")  # the parent's own import: instant
+    from tests import slow_child
+
+    marker.unlink(missing_ok=True)  # the parent imports it once per session
+    monkeypatch.setenv("GPUCLI_TEST_IMPORT_S", "1.5")  # the child's
+    process = mp.get_context("spawn").Process(target=slow_child.main)
+    with held_from_children() if held else contextlib.nullcontext():
+        process.start()
+    try:
+        _wait_for(marker, 30)
+        os.kill(process.pid, sig)
+        process.join(30)
+    finally:
+        if process.is_alive():
+            process.kill()
+    assert (process.exitcode == 0) is held, process.exitcode
+
+
+def test_every_process_a_run_starts_begins_with_the_stop_signals_held(tree, tmp_path, monkeypatch):
+    """Readers and workers alike: each is started from a thread that blocks SIGINT and SIGTERM."""
+    import multiprocessing.util
+
+    spawn = multiprocessing.util.spawnv_passfds
+    masks = []
+
+    def recording(*args, **kwargs):
+        masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        return spawn(*args, **kwargs)
+
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", recording)
+    root = tree({f"f{i:03d}.txt": f"item {i}\n" for i in range(40)})
+    summary = run_fake([root], tmp_path / "out.parquet", workers_per_device=2, read_processes=2, read_chunk_files=4)
+    assert summary.exit_code == 0 and summary.succeeded == 40
+    assert len(masks) >= 4, "two workers and two readers"
+    assert all({signal.SIGINT, signal.SIGTERM} <= mask for mask in masks), masks
+
+
 def test_a_signal_mid_run_exits_143_within_the_deadline_and_a_rerun_finishes_exactly_once(tree, tmp_path):
     proc, out = _start(tree, tmp_path, {"sleep_ms": 300})
     try:
