@@ -121,6 +121,23 @@ class Cluster:
                 return pid
         return 0
 
+    def node_pids(self, name: str) -> set[int]:
+        """Pids, as the cluster's processes see them (their PID namespace's), of node `name`'s
+        raylet and every process under it: its Ray workers, actors included."""
+        host = [self.raylet(name)] if self.raylet(name) else []
+        seen: set[int] = set()
+        while host:
+            pid = host.pop()
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    host += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+            except OSError:
+                continue
+            nspid = next(line for line in status.splitlines() if line.startswith("NSpid:"))
+            seen.add(int(nspid.split()[-1]))
+        return seen
+
     def kill_node(self, name: str) -> None:
         """SIGKILL the node's raylet, as when the machine goes away; Ray's workers there follow."""
         pid = self.raylet(name)

@@ -134,6 +134,22 @@ def wait_for_a_part(out: Path, running: subprocess.Popen) -> None:
         time.sleep(0.1)
 
 
+def wait_for_a_batch_on(cluster, node: str, log: Path, running: subprocess.Popen) -> None:
+    """Until a predictor on `node` starts a batch (the fake task logs a batch as it starts,
+    then sleeps): killing the node then takes that batch with it. Without the wait, the three
+    predictors' placement and start-up made the kill sometimes hit an idle node."""
+    seen = 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert running.poll() is None, running.communicate()
+        lines = log.read_text().split("\n")[:-1] if log.exists() else []  # whole lines only
+        fresh, seen = lines[seen:], len(lines)
+        if {json.loads(line)["pid"] for line in fresh} & cluster.node_pids(node):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no batch ran on node {node}")
+
+
 def slow_files(tmp_path: Path, n: int = 120) -> tuple[Path, Path]:
     return write_tree(tmp_path / "in", {f"f{i:03d}.txt": f"alpha {i}\nbeta {i}\n" for i in range(n)}), \
         tmp_path / "out.parquet"
@@ -147,8 +163,10 @@ def test_a_worker_node_lost_mid_run_leaves_the_run_to_the_other_node_every_input
     the node killed mid-run was running some of them."""
     cluster.start_worker("w2")
     root, out = slow_files(tmp_path)
-    running = cluster.popen(fake_run(root, out, {"sleep_ms": 150}, **SLOW))
+    log = tmp_path / "batches.jsonl"
+    running = cluster.popen(fake_run(root, out, {"sleep_ms": 150, "batch_log": str(log)}, **SLOW))
     wait_for_a_part(out, running)
+    wait_for_a_batch_on(cluster, "w2", log, running)
     cluster.kill_node("w2")
     stdout, stderr = running.communicate(timeout=300)
 
