@@ -106,6 +106,36 @@ def test_a_builder_that_fails_leaves_no_entry_and_no_temporary_file(tmp_path):
     assert ob.cached_model(tmp_path / "e", _key(), _builder(b"ok", []))[0] == b"ok"
 
 
+def _build_until_killed(entry: str) -> None:
+    """Runs in a spawned process: leaves what a builder killed mid-fusion leaves, then hangs."""
+    def build(out: Path) -> None:
+        out.write_bytes(b"plain export" * 1000)
+        out.with_name(out.name + ".fused").write_bytes(b"fused graph" * 1000)
+        time.sleep(3600)
+
+    ob.cached_model(Path(entry), _key(), build)
+
+
+def test_a_builder_killed_mid_build_leaves_nothing_behind_after_the_next_build(tmp_path):
+    """A SIGKILL skips every `finally`: the next builder (under the same lock) clears what the
+    dead one left, which for a real model is up to twice its size."""
+    import multiprocessing
+
+    entry = tmp_path / "e"
+    child = multiprocessing.get_context("spawn").Process(target=_build_until_killed, args=(str(entry),))
+    child.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(entry.glob(".*.tmp*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        child.kill()
+        child.join()
+    assert len(list(entry.glob(".*.tmp*"))) == 2, "the killed builder left its temporary files"
+    assert ob.cached_model(entry, _key(), _builder(b"graph", []))[0] == b"graph"
+    assert sorted(p.name for p in entry.iterdir()) == sorted([ob.LOCK_FILE, ob.MODEL_FILE, ob.SIDECAR_FILE])
+
+
 def test_an_unwritable_cache_is_a_usage_error_that_says_where(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -242,6 +242,7 @@ def read_verified(directory: Path, key: dict[str, Any]) -> bytes | None:
 
 
 def _build_entry(directory: Path, key: dict[str, Any], build: Callable[[Path], None]) -> bytes:
+    _remove_leftovers(directory)
     tmp = directory / f".{MODEL_FILE}.{os.getpid()}.tmp"
     try:
         build(tmp)
@@ -255,6 +256,15 @@ def _build_entry(directory: Path, key: dict[str, Any], build: Callable[[Path], N
     sidecar = {"key": key, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "created": time.time()}
     _write_file_atomically(directory / SIDECAR_FILE, json.dumps(sidecar, indent=1).encode())
     return data
+
+
+def _remove_leftovers(directory: Path) -> None:
+    """Temporary files of a builder that was killed (SIGKILL, out of memory, power): the export,
+    its fused graph, the sidecar (`.<name>.<pid>.tmp[.fused]`), up to the model's size each. Only
+    called under the entry's lock, so no live builder owns one."""
+    for stale in directory.glob(".*.tmp*"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
 
 
 def _write_file_atomically(path: Path, data: bytes) -> None:
