@@ -61,7 +61,7 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("model", str, ("--model", "-m"), "Model alias (see `gpucli models`), local directory, or Hugging Face id."),
     ("revision", str, ("--revision",), "Branch, tag or commit of a Hugging Face --model (default: its main branch)."),
     ("devices", str, ("--devices", "-d"), "auto (every visible GPU, else CPU) | cpu | cuda | cuda:0,1."),
-    ("workers_per_device", int, ("--workers-per-device",), "Worker processes per device (default: 1 per GPU; on a CPU-only host the task's choice: embed runs a worker per core, up to 4, that share the cores' threads)."),
+    ("workers_per_device", int, ("--workers-per-device",), "Worker processes per device (default: 1 per GPU; on a CPU-only host the task's choice: embed, and classify on torch, run a worker per core, up to 4, that share the cores' threads)."),
     ("batch_size", int, ("--batch-size", "-b"), "Most items per batch (default: per task, smaller on CPU)."),
     ("max_batch_cost", int, ("--max-batch-cost",), "Most cost per batch: tokens, pixels or audio units "
                                                    "(default: per task, smaller on CPU; 0 = no cap)."),

@@ -586,6 +586,19 @@ def test_hugging_face_model_matches_transformers(tmp_path, builder):
         assert out["labels"] == [labels[i] for i in ids] and out["label"] == labels[ids[0]]
 
 
+def test_a_cpu_host_runs_a_torch_worker_per_core_for_a_real_model_only(task, tmp_path):
+    """EfficientNet-Lite0 (19 MB of weights) on torch: one worker per core, up to 4. ONNX
+    Runtime (bound by decoding, measured slower with two) and a tiny model: one."""
+    assert task.runtime == "torch"
+    assert [task.cpu_workers(n) for n in (1, 2, 3, 16)] == [1, 2, 3, 4]
+    onnx = create_task(TaskSpec("classify", LITE0, {"backend": "onnx"}))
+    onnx.open()
+    assert onnx.cpu_workers(16) == 1
+    tiny = create_task(TaskSpec("classify", str(save_tiny_vit(tmp_path / "tiny")), {}))
+    tiny.open()
+    assert tiny.cpu_workers(16) == 1
+
+
 def test_hugging_face_labels_use_the_first_synonym(tmp_path):
     model_dir = str(save_tiny_vit(tmp_path / "tiny"))
     t = create_task(TaskSpec("classify", model_dir, {"top_k": 10}))
