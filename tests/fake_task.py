@@ -35,6 +35,8 @@ class FakeOptions:
     setup_sleep_s: float = 0.0  # a model that takes this long to load (a hang, when long)
     ready_marker: str = ""  # a file setup writes when it starts loading
     read_waits_for: str = ""  # prepare waits (up to 20 s) for this file, then fails the input
+    slow_node: str = ""  # on the Ray node started with GPUCLI_TEST_NODE=<this> (tests/ray_cluster.py) ...
+    slow_node_ms: float = 0.0  # ... every batch sleeps this much longer
 
 
 class FakeTask(Task):
@@ -97,8 +99,8 @@ class FakeTask(Task):
         cost = sum(max(1, len(p.split())) for p in payloads)
         if self.options.batch_log:
             with open(self.options.batch_log, "a") as f:
-                f.write(json.dumps({"size": len(payloads), "cost": cost, "pid": self.pid, "texts": list(payloads)})
-                        + "\n")
+                f.write(json.dumps({"size": len(payloads), "cost": cost, "pid": self.pid, "texts": list(payloads),
+                                    "node": os.environ.get("GPUCLI_TEST_NODE", "")}) + "\n")
         if any("CRASH" in p for p in payloads):
             os._exit(3)
         if any("BOOM" in p for p in payloads):
@@ -109,6 +111,8 @@ class FakeTask(Task):
             time.sleep(3600)
         if self.options.sleep_ms:
             time.sleep(self.options.sleep_ms / 1000)
+        if self.options.slow_node and os.environ.get("GPUCLI_TEST_NODE") == self.options.slow_node:
+            time.sleep(self.options.slow_node_ms / 1000)
         out = []
         for p in payloads:
             lengths = [float(len(w)) for w in p.split()[:4]]

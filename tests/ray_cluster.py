@@ -102,7 +102,8 @@ class Cluster:
                                      RAY_health_check_failure_threshold="3"))
 
     def start_worker(self, name: str, cpus: int = 2) -> None:
-        self._ray_start(name, [f"--address={ADDRESS}"], cpus)
+        """A worker node; its Ray workers see GPUCLI_TEST_NODE=name (the fake task's slow_node)."""
+        self._ray_start(name, [f"--address={ADDRESS}"], cpus, env=self.env(GPUCLI_TEST_NODE=name))
 
     def _ray_start(self, name: str, args: list[str], cpus: int, env: dict[str, str] | None = None) -> None:
         done = self.run(["ray", "start", *args, f"--temp-dir={self.base / name}", f"--num-cpus={cpus}",
@@ -120,23 +121,6 @@ class Cluster:
             if any(a.decode(errors="replace").startswith(socket) for a in args):
                 return pid
         return 0
-
-    def node_pids(self, name: str) -> set[int]:
-        """Pids, as the cluster's processes see them (their PID namespace's), of node `name`'s
-        raylet and every process under it: its Ray workers, actors included."""
-        host = [self.raylet(name)] if self.raylet(name) else []
-        seen: set[int] = set()
-        while host:
-            pid = host.pop()
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-                for task in os.listdir(f"/proc/{pid}/task"):
-                    host += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-            except OSError:
-                continue
-            nspid = next(line for line in status.splitlines() if line.startswith("NSpid:"))
-            seen.add(int(nspid.split()[-1]))
-        return seen
 
     def kill_node(self, name: str) -> None:
         """SIGKILL the node's raylet, as when the machine goes away; Ray's workers there follow."""

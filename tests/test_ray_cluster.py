@@ -134,20 +134,15 @@ def wait_for_a_part(out: Path, running: subprocess.Popen) -> None:
         time.sleep(0.1)
 
 
-def wait_for_a_batch_on(cluster, node: str, log: Path, running: subprocess.Popen) -> set[int]:
-    """Until a predictor on `node` starts a batch (the fake task logs a batch as it starts,
-    then sleeps): killing the node then takes that batch with it. Without the wait, the three
-    predictors' placement and start-up made the kill sometimes hit an idle node. The node's
-    pids (its namespace's), for the batch log's."""
-    seen = 0
+def wait_for_a_batch_on(node: str, log: Path, running: subprocess.Popen) -> None:
+    """Until a predictor on `node` starts a batch (the fake task logs a batch, with its node,
+    as it starts): killing the node then takes that batch with it."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert running.poll() is None, running.communicate()
         lines = log.read_text().split("\n")[:-1] if log.exists() else []  # whole lines only
-        fresh, seen = lines[seen:], len(lines)
-        pids = cluster.node_pids(node)
-        if {json.loads(line)["pid"] for line in fresh} & pids:
-            return pids
+        if any(json.loads(line)["node"] == node for line in lines):
+            return
         time.sleep(0.02)
     raise AssertionError(f"no batch ran on node {node}")
 
@@ -166,9 +161,12 @@ def test_a_worker_node_lost_mid_run_leaves_the_run_to_the_other_node_every_input
     cluster.start_worker("w2")
     root, out = slow_files(tmp_path)
     log = tmp_path / "batches.jsonl"
-    running = cluster.popen(fake_run(root, out, {"sleep_ms": 150, "batch_log": str(log)}, **SLOW))
+    # The node to be killed runs every batch 0.6 s longer: once a batch has started there,
+    # the kill surely lands inside it (with equal nodes it sometimes came between two blocks).
+    options = {"sleep_ms": 150, "batch_log": str(log), "slow_node": "w2", "slow_node_ms": 600}
+    running = cluster.popen(fake_run(root, out, options, **SLOW))
     wait_for_a_part(out, running)
-    lost_node = wait_for_a_batch_on(cluster, "w2", log, running)
+    wait_for_a_batch_on("w2", log, running)
     cluster.kill_node("w2")
     stdout, stderr = running.communicate(timeout=300)
 
@@ -176,8 +174,8 @@ def test_a_worker_node_lost_mid_run_leaves_the_run_to_the_other_node_every_input
     # The kill took work with it, and that work ran again on the other node: Ray's own retry of
     # the block, or gpucli's second pass ("... lost with a dead actor or node; running them again").
     batches = [json.loads(line) for line in log.read_text().splitlines()]
-    on_lost_node = {t for b in batches if b["pid"] in lost_node for t in b["texts"]}
-    assert on_lost_node & {t for b in batches if b["pid"] not in lost_node for t in b["texts"]}
+    on_lost_node = {t for b in batches if b["node"] == "w2" for t in b["texts"]}
+    assert on_lost_node & {t for b in batches if b["node"] != "w2" for t in b["texts"]}
     summary = json.loads(stdout)
     assert (summary["inputs"], summary["succeeded"], summary["failed"], summary["rows"]) == (120, 120, 0, 240)
     table = ds.dataset(str(out), format="parquet").to_table().to_pylist()
