@@ -25,7 +25,7 @@ from gpucli.errors import UsageError
 from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import Item, Source
 from gpucli.tasks._images import Geometry, ShmBatch, ShmPool, open_image, read_batch, resize_crop, stack
-from gpucli.tasks.base import ModelEntry, Task
+from gpucli.tasks.base import ModelEntry, Task, per_core
 
 if TYPE_CHECKING:
     import numpy as np
@@ -347,7 +347,7 @@ class ClassifyTask(Task):
         a toy model (the tests' tiny ones), whose forward costs less than a second worker's start."""
         if self.runtime != "torch" or weight_bytes(self._backend.resolved.path) < REAL_MODEL_BYTES:
             return 1
-        return max(1, min(4, cores))
+        return per_core(cores)
 
     @property
     def runtime(self) -> str:

@@ -32,7 +32,7 @@ from gpucli.tasks._st_modules import (
 )
 from gpucli.tasks._st_modules import info as st_info
 from gpucli.tasks._text import decode_text
-from gpucli.tasks.base import ModelEntry, Task
+from gpucli.tasks.base import ModelEntry, Task, per_core
 
 
 def _minilm_path() -> str:
@@ -154,7 +154,7 @@ class EmbedTask(Task):
         worker ready: 2000 one-sentence files 419 / 425 / 417 with two workers against 344 / 359 /
         375 with one of two threads; 300 texts of ~230 tokens 27.6 / 30.0 / 30.0 against 25.4 / 25.9 /
         27.2; end to end 9.6 / 9.0 / 9.5 s against 10.7 / 9.8 / 9.7 s (short)."""
-        return max(1, min(4, cores)) if self.layer_weights >= REAL_MODEL_WEIGHTS else 1
+        return per_core(cores) if self.layer_weights >= REAL_MODEL_WEIGHTS else 1
 
     _in_worker = False  # set by setup: the worker takes the model the parent resolved, from the cache
 
