@@ -231,3 +231,40 @@ def test_a_cpu_host_runs_a_real_model_in_one_single_threaded_worker_per_core_and
     assert job.devices() == ["cpu"] * min(4, cores)
     job.config = dataclasses.replace(job.config, workers_per_device=1)
     assert job.devices() == ["cpu"]
+
+
+def test_a_real_model_on_the_cpu_reads_in_threads_and_a_gpu_run_in_reader_processes(tmp_path):
+    """The workers of a real model on the CPU take every core: the parent reads in threads there
+    (a reader process would only add its start). Next to a GPU, or for a toy model whose forward
+    is nearly free (the host-path benchmarks), tokenizing goes to reader processes; --read-processes
+    (GPUCLI_READ_PROCESSES) decides when given."""
+    import dataclasses
+
+    from gpucli.config import RunConfig
+    from gpucli.core import Job
+
+    task = create_task(TaskSpec("embed", "minilm"))
+    task.open()
+    assert task.reader_processes(2, ["cpu", "cpu"]) == 0
+    assert task.reader_processes(16, ["cpu"] * 4) == 0
+    assert task.reader_processes(2, ["cuda:0"]) == 2
+    assert task.reader_processes(16, ["cuda:0", "cuda:1"]) == 4
+    task.layer_weights = 32 * (4 * 32 + 2 * 37)  # the 1-layer, 32-wide BERT of benchmarks/host.py
+    assert task.reader_processes(2, ["cpu"]) == 2
+
+    job = Job.__new__(Job)  # only what `reader_processes` reads
+    job.task = create_task(TaskSpec("embed", "minilm"))
+    job.task.open()
+    job.spec = job.task.spec
+    job.config = RunConfig(task="embed", paths=(str(tmp_path),), devices="cpu")
+    job.worker_devices = ["cpu", "cpu"]
+    assert job.reader_processes() is None
+    job.worker_devices = ["cuda:0"]
+    processes = job.reader_processes()
+    assert processes is not None
+    processes.close()
+    job.worker_devices = ["cpu", "cpu"]
+    job.config = dataclasses.replace(job.config, read_processes=1)
+    processes = job.reader_processes()
+    assert processes is not None
+    processes.close()

@@ -90,10 +90,10 @@ class Task:
     read_chunk_files: ClassVar[int] = 64  # files per reader thread call (8 calls in flight): decoded
     # inputs wait in memory, so tasks with big decoded inputs read fewer at a time
 
-    @classmethod
-    def reader_processes(cls, cores: int) -> int:
-        """Reader processes by default on a host with `cores` (0 = read in threads). A task whose
-        `prepare` is CPU work in Python (tokenizing, decoding) overrides this."""
+    def reader_processes(self, cores: int, devices: list[str]) -> int:
+        """Reader processes by default on a host with `cores` whose workers run on `devices`
+        (0 = read in threads). Called on the opened task. A task whose `prepare` is CPU work in
+        Python (tokenizing, decoding) overrides this."""
         return 0
 
     def cpu_workers(self, cores: int) -> int:

@@ -135,14 +135,23 @@ class EmbedTask(Task):
     # parent's CPU per 100k files than 64 (reader.CHUNK_BYTES still bounds a chunk of big files).
     read_chunk_files = 256
 
-    @classmethod
-    def reader_processes(cls, cores: int) -> int:
+    def reader_processes(self, cores: int, devices: list[str]) -> int:
         """Tokenizing is the parent's heaviest work: in reader processes the event loop, the
         accounting and the writer keep a core. Measured, 100k one-sentence files, null device, 2
         cores: 10.7 s with one reader process against 12.0 s in reader threads (plain loop 5.3-6.4 s);
         then, interleaved on a busy machine, two reader processes 8.5 / 9.3 s against one 10.4 /
         10.3 s: with one, the reader was the run's critical path (its busy time ~ the wall time)
-        while the parent's core had room. An idle reader costs only its memory (~60 MB)."""
+        while the parent's core had room. An idle reader costs only its memory (~60 MB).
+
+        Not when the workers run a model of real size on the CPU: they take every core, the
+        model is the critical path (~400 one-sentence texts/s on 2 cores, where the parent reads
+        in threads at ~8,000 files/s), and a reader process only adds its start (~0.25 s of CPU)
+        beside the workers' imports. Measured, default model, 2 cores, interleaved, medians of 3:
+        2000 one-sentence files 9.89 s in threads against 10.26 s with two reader processes
+        (workers ready 4.88 / 5.35 s; 415 / 408 texts/s after), 480 texts of ~230 tokens 20.97
+        against 21.36 s."""
+        if devices and all(d == "cpu" for d in devices) and self.layer_weights >= REAL_MODEL_WEIGHTS:
+            return 0
         return 1 if cores < 2 else max(2, min(4, cores // 4))
 
     def cpu_workers(self, cores: int) -> int:
