@@ -7,19 +7,28 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 from gpucli.errors import UsageError
 
 
 def visible_gpu_count() -> int:
-    """How many CUDA devices this process may use. On a machine without the NVIDIA driver
-    this answers without importing torch (seconds saved on every CPU run); with the driver,
-    torch's NVML-based count, which creates no CUDA context in the parent."""
+    """How many CUDA devices this process may use, without creating a CUDA context in the
+    parent. On a machine without the NVIDIA driver this answers without importing torch
+    (seconds saved on every CPU run); with the driver and no CUDA_VISIBLE_DEVICES, NVML's count
+    (what torch's NVML-based check answers there), also without torch: the parent of a GPU run
+    then starts its workers ~1-2 s sooner. A CUDA_VISIBLE_DEVICES list (indices, UUIDs, MIG
+    instances), or an NVML that does not answer, goes to torch's own parsing and count."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
         return 0
     if not _driver_present():
         return 0
+    cuda_build = _torch_cuda_build()
+    if cuda_build is False:
+        return 0
+    if visible is None and cuda_build and (count := _nvml_device_count()) >= 0:
+        return count
     try:
         import torch
     except ImportError:
@@ -28,6 +37,47 @@ def visible_gpu_count() -> int:
         return 0
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     return torch.cuda.device_count()
+
+
+def _nvml_device_count() -> int:
+    """The GPUs NVML sees (as torch.cuda._raw_device_count_nvml asks it), or -1 when the
+    library is missing or does not answer."""
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() != 0:
+            return -1
+        count = ctypes.c_uint(0)
+        ok = nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+        nvml.nvmlShutdown()
+    except (OSError, AttributeError):
+        return -1
+    return int(count.value) if ok else -1
+
+
+def _torch_cuda_build() -> bool | None:
+    """Whether the installed torch is a CUDA build, from the `cuda = ...` line of its
+    version.py (None in a CPU wheel), without importing torch; None when that cannot be read."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return cuda_build_of(text)
+
+
+def cuda_build_of(version_py: str) -> bool | None:
+    """torch/version.py's text -> whether it is a CUDA build (`cuda: Optional[str] = '12.8'`
+    against `= None`), or None when it has no such line."""
+    import re
+
+    match = re.search(r"^cuda\b[^=]*=\s*(.+?)\s*$", version_py, re.MULTILINE)
+    return None if match is None else match.group(1) != "None"
 
 
 def _driver_present() -> bool:
