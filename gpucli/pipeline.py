@@ -95,7 +95,7 @@ class Pipeline:
         devices = job.devices()
         job.use_devices(devices)
         self.queue = BlockQueue(config.queue_items or job.task_cls.queue_items)
-        self.batcher = Batcher(self.queue, job.caps, job.window_items)
+        self.batcher = Batcher(self.queue, job.caps, job.window_items, parallel=len(devices))
         self.pool = WorkerPool(job.task, job.spec, devices,
                                PoolEvents(self._on_outputs, self._on_batch_failed, self.progress.log, self._on_oom),
                                batch_timeout_s=config.batch_timeout_s, max_restarts=config.max_restarts,

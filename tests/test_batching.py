@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucli.batching import END, BatchCaps, Batcher, BlockQueue, Windows, cut_points, sort_by_cost
+from gpucli.batching import END, BatchCaps, Batcher, BlockQueue, Windows, cut_points, even_tail, sort_by_cost
 from gpucli.config import RunConfig
 from gpucli.records import Items, Ragged
 
@@ -37,6 +37,31 @@ def test_cut_points_keep_order_lose_nothing_and_respect_caps(costs, max_items, m
             assert sum(batch) + costs[end] > max_cost, "the next item would have overflowed the budget"
         start = end
     assert start == len(costs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 100), min_size=1, max_size=80), st.integers(1, 16), st.integers(0, 300),
+       st.integers(1, 5))
+def test_the_last_batches_are_cut_evenly_for_the_workers_within_the_caps(costs, max_items, max_cost, workers):
+    caps = BatchCaps(max_items, max_cost)
+    array = np.asarray(costs, dtype=np.int64)
+    ends = even_tail(array, caps, cut_points(array, caps), workers)
+    sizes = np.diff([0, *ends])
+    assert ends[-1] == len(costs) and (sizes > 0).all() and (sizes <= max_items).all()
+    for start, end in zip([0, *ends[:-1]], ends):
+        assert end - start == 1 or max_cost == 0 or sum(costs[start:end]) <= max_cost
+    if workers == 1:
+        assert ends == cut_points(array, caps)
+    elif max_cost == 0 or sum(costs) <= max_cost:  # only the count caps them
+        before = len(cut_points(array, caps))
+        assert len(ends) == min(len(costs), -(-before // workers) * workers)  # a multiple of the workers
+        assert sizes.max() - sizes.min() <= 1
+
+
+def test_two_workers_get_even_last_batches_instead_of_a_small_one_at_the_end():
+    ends = even_tail(np.ones(1500, np.int64), BatchCaps(64), cut_points(np.ones(1500, np.int64), BatchCaps(64)), 2)
+    assert len(ends) == 24 and set(np.diff([0, *ends]).tolist()) == {62, 63}
+    assert even_tail(np.ones(3, np.int64), BatchCaps(64), [3], 4) == [1, 2, 3]  # fewer items than workers
 
 
 def test_sort_by_cost_puts_similar_costs_together_largest_first():
@@ -109,6 +134,36 @@ def test_max_wait_flushes_a_partial_batch():
     batch, waited, rest, batcher = asyncio.run(scenario())
     assert len(batch) == 3 and 0.04 <= waited < 2.0
     assert rest is None and batcher.input_done and batcher.idle()
+
+
+def test_the_end_of_input_behind_batches_already_cut_cuts_them_again_with_the_rest():
+    """Batches cut before the end of input came are cut again with the last items once it has
+    come (they were not sent yet): the workers get even last batches, none is lost or doubled."""
+    windows = Windows(BatchCaps(4), window_items=8, parallel=2)
+    windows.add(block([1, 5, 2, 7, 3, 6, 4, 8, 9]))
+    windows.cut(final=False)
+    assert windows.has_ready() and windows.count == 1
+    windows.cut(final=True)
+    batches = []
+    while (batch := windows.pop()) is not None:
+        batches.append(batch.cost.tolist())
+    assert [len(b) for b in batches] == [2, 2, 2, 3]
+    assert sorted(c for b in batches for c in b) == list(range(1, 10))
+
+    async def scenario():
+        queue = BlockQueue(100)
+        batcher = Batcher(queue, BatchCaps(4, 0, 0.0), window_items=8, parallel=2)
+        await queue.put(block([1, 5, 2, 7, 3, 6, 4, 8, 9]))
+        first = await batcher.next()  # cut before the end of input was queued
+        await queue.put(END)
+        rest = []
+        while (batch := await batcher.next()) is not None:
+            rest.append(batch.cost.tolist())
+        return first.cost.tolist(), rest
+
+    first, rest = asyncio.run(scenario())
+    assert len(first) == 4 and [len(b) for b in rest] == [2, 3]
+    assert sorted(first + [c for b in rest for c in b]) == list(range(1, 10))
 
 
 def test_a_block_queue_is_bounded_by_items_but_always_takes_one_block():
