@@ -42,7 +42,12 @@ class BatchCaps:
         return count >= self.max_items or (self.max_cost > 0 and cost >= self.max_cost)
 
     def halved(self) -> BatchCaps:
-        return BatchCaps(max(1, self.max_items // 2), self.max_cost // 2 if self.max_cost else 0, self.max_wait_s)
+        return BatchCaps(max(1, self.max_items // 2), halved_cost(self.max_cost), self.max_wait_s)
+
+
+def halved_cost(max_cost: int) -> int:
+    """Half a cost cap, never below 1: 0 means no cap, so a cap of 1 halved to 0 would lift it."""
+    return max(1, max_cost // 2) if max_cost else 0
 
 
 def cut_points(costs: np.ndarray, caps: BatchCaps) -> list[int]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpucli.batching import BatchCaps
+from gpucli.batching import BatchCaps, halved_cost
 from gpucli.records import Batch
 
 DEATHS_BEFORE_SPLIT = 2
@@ -76,7 +76,7 @@ def after_unstarted(in_flight: list[Batch]) -> list[Action]:
 def caps_after_oom(caps: BatchCaps, batch_size: int, oom_events: int) -> BatchCaps | None:
     """New (halved) caps once out-of-memory errors repeat on batches the caps allowed; else None."""
     if oom_events >= OOMS_BEFORE_SHRINK and 1 < batch_size <= caps.max_items:
-        return BatchCaps(max(1, batch_size // 2), caps.max_cost // 2 if caps.max_cost else 0, caps.max_wait_s)
+        return BatchCaps(max(1, batch_size // 2), halved_cost(caps.max_cost), caps.max_wait_s)
     return None
 
 

@@ -64,6 +64,9 @@ def test_repeated_out_of_memory_halves_the_caps_once_it_repeats():
     assert recovery.caps_after_oom(caps, 64, 1) is None
     assert recovery.caps_after_oom(caps, 64, 2) == BatchCaps(32, 8192, 0.01)
     assert recovery.caps_after_oom(caps, 1, 5) is None, "a batch of one cannot shrink"
+    small = BatchCaps(8, 1, 0.01)  # halving a cost cap of 1 must not lift it (0 = no cap)
+    assert recovery.caps_after_oom(small, 8, 2).max_cost == 1 and small.halved().max_cost == 1
+    assert BatchCaps(8).halved().max_cost == 0, "no cap stays no cap"
 
 
 def test_restarts_back_off_and_stop_at_the_budget():
