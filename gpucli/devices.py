@@ -27,6 +27,7 @@ def visible_gpu_count() -> int:
     cuda_build = _torch_cuda_build()
     if cuda_build is False:
         return 0
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # workers inherit it, as they did
     if visible is None and cuda_build and (count := _nvml_device_count()) >= 0:
         return count
     try:
@@ -46,6 +47,8 @@ def _nvml_device_count() -> int:
 
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        # nvmlInit_v2 (what nvml.h's nvmlInit names): unlike the legacy nvmlInit that torch
+        # calls, it does not fail when one GPU is in a bad state; that GPU's worker says so
         if nvml.nvmlInit_v2() != 0:
             return -1
         count = ctypes.c_uint(0)
@@ -73,11 +76,18 @@ def _torch_cuda_build() -> bool | None:
 
 def cuda_build_of(version_py: str) -> bool | None:
     """torch/version.py's text -> whether it is a CUDA build (`cuda: Optional[str] = '12.8'`
-    against `= None`), or None when it has no such line."""
+    against `= None`), or None when it cannot tell: no such line, or a ROCm build (`hip` set),
+    whose torch.cuda counts AMD GPUs: torch's own count decides those."""
     import re
 
-    match = re.search(r"^cuda\b[^=]*=\s*(.+?)\s*$", version_py, re.MULTILINE)
-    return None if match is None else match.group(1) != "None"
+    def value(name: str) -> str | None:
+        match = re.search(rf"^{name}\b[^=]*=\s*(.+?)\s*$", version_py, re.MULTILINE)
+        return None if match is None else match.group(1)
+
+    cuda, hip = value("cuda"), value("hip")
+    if cuda is None or (hip is not None and hip != "None"):
+        return None
+    return cuda != "None"
 
 
 def _driver_present() -> bool:

@@ -72,18 +72,27 @@ def test_the_build_is_read_from_torch_version_py():
     assert cuda_build_of("cuda = '12.1'\n") is True
     assert cuda_build_of("cuda: Optional[str] = None\nhip: Optional[str] = None\n") is False
     assert cuda_build_of("__version__ = '3.0'\n") is None
+    assert cuda_build_of("cuda: Optional[str] = None\nhip: Optional[str] = '6.2.41133'\n") is None  # ROCm: torch counts
+
+
+def test_nvml_seeing_no_gpu_means_none_and_an_unknown_build_asks_torch(nvidia_host, monkeypatch):
+    asked = _torch_counts(monkeypatch, 2)
+    monkeypatch.setattr(devices, "_nvml_device_count", lambda: 0)
+    assert visible_gpu_count() == 0 and not asked
+    monkeypatch.setattr(devices, "_torch_cuda_build", lambda: None)  # version.py unreadable, or ROCm
+    assert visible_gpu_count() == 2 and asked == [2]
 
 
 class _FakeNvml:
-    def __init__(self, count: int, init_rc: int = 0) -> None:
-        self.count, self.init_rc, self.shut = count, init_rc, False
+    def __init__(self, count: int, init_rc: int = 0, count_rc: int = 0) -> None:
+        self.count, self.init_rc, self.count_rc, self.shut = count, init_rc, count_rc, False
 
     def nvmlInit_v2(self) -> int:
         return self.init_rc
 
     def nvmlDeviceGetCount_v2(self, ref) -> int:
         ref._obj.value = self.count
-        return 0
+        return self.count_rc
 
     def nvmlShutdown(self) -> int:
         self.shut = True
@@ -96,6 +105,9 @@ def test_nvml_is_asked_through_its_c_library_and_a_missing_one_says_so(monkeypat
     assert devices._nvml_device_count() == 8 and fake.shut
     monkeypatch.setattr(ctypes, "CDLL", lambda name: _FakeNvml(8, init_rc=9))  # NVML_ERROR_DRIVER_NOT_LOADED
     assert devices._nvml_device_count() == -1
+    failing = _FakeNvml(8, count_rc=999)  # NVML_ERROR_UNKNOWN
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: failing)
+    assert devices._nvml_device_count() == -1 and failing.shut
 
     def missing(name):
         raise OSError(f"{name}: cannot open shared object file")
