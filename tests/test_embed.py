@@ -67,10 +67,19 @@ def test_long_document_is_chunked_covering_all_text(task):
     assert all(i.meta["text"] == text[s:e] for i, (s, e) in zip(items, spans))
 
 
-def test_embed_sample_docs_through_the_cli(tmp_path):
+def test_embed_sample_docs_through_the_cli(tmp_path, monkeypatch):
+    from gpucli.core import Job
+
+    chosen = []  # the reader's choice, made once the workers' devices are known
+    choose = Job.reader_processes
+    monkeypatch.setattr(Job, "reader_processes", lambda job: chosen.append((list(job.worker_devices), choose(job)))
+                        or chosen[-1][1])
     out = tmp_path / "docs.parquet"
     result = CliRunner().invoke(app, ["embed", str(SAMPLE / "docs"), "--out", str(out), "--json", "--quiet"])
     assert result.exit_code == 0, result.stderr
+    [(devices, processes)] = chosen
+    assert devices and set(devices) == {"cpu"}
+    assert processes is None or len(os.sched_getaffinity(0)) > 8, "a real model on the CPU: the parent reads in threads"
     summary = json.loads(result.stdout)
     n_files = sum(1 for _, _, files in os.walk(SAMPLE / "docs") for f in files if f.endswith(".txt"))
     assert summary["inputs"] == summary["succeeded"] == n_files and summary["failed"] == 0
@@ -246,7 +255,8 @@ def test_a_real_model_on_the_cpu_reads_in_threads_and_a_gpu_run_in_reader_proces
     task = create_task(TaskSpec("embed", "minilm"))
     task.open()
     assert task.reader_processes(2, ["cpu", "cpu"]) == 0
-    assert task.reader_processes(16, ["cpu"] * 4) == 0
+    assert task.reader_processes(8, ["cpu"] * 4) == 0
+    assert task.reader_processes(16, ["cpu"] * 4) == 4, "many cores: the model's rate nears one parent's"
     assert task.reader_processes(2, ["cuda:0"]) == 2
     assert task.reader_processes(16, ["cuda:0", "cuda:1"]) == 4
     task.layer_weights = 32 * (4 * 32 + 2 * 37)  # the 1-layer, 32-wide BERT of benchmarks/host.py

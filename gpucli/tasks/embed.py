@@ -143,14 +143,16 @@ class EmbedTask(Task):
         10.3 s: with one, the reader was the run's critical path (its busy time ~ the wall time)
         while the parent's core had room. An idle reader costs only its memory (~60 MB).
 
-        Not when the workers run a model of real size on the CPU: they take every core, the
-        model is the critical path (~400 one-sentence texts/s on 2 cores, where the parent reads
-        in threads at ~8,000 files/s), and a reader process only adds its start (~0.25 s of CPU)
-        beside the workers' imports. Measured, default model, 2 cores, interleaved, medians of 3:
-        2000 one-sentence files 9.89 s in threads against 10.26 s with two reader processes
-        (workers ready 4.88 / 5.35 s; 415 / 408 texts/s after), 480 texts of ~230 tokens 20.97
-        against 21.36 s."""
-        if devices and all(d == "cpu" for d in devices) and self.layer_weights >= REAL_MODEL_WEIGHTS:
+        Not when the workers run a model of real size on up to CPU_READS_IN_THREADS cores: they
+        take every core, the model is the critical path (~400 one-sentence texts/s on 2 cores,
+        where the parent reads in threads at ~8,000 files/s), and a reader process only adds its
+        start (~0.25 s of CPU) beside the workers' imports. Measured, default model, 2 cores,
+        interleaved, medians of 3: 2000 one-sentence files 9.89 s in threads against 10.26 s with
+        two reader processes (workers ready 4.88 / 5.35 s; 415 / 408 texts/s after), 480 texts of
+        ~230 tokens 20.97 against 21.36 s. On more cores the model's rate nears what one parent
+        reads (int8 on 16 cores: ~7,000 texts/s), so reader processes stay there."""
+        on_cpu = bool(devices) and all(d == "cpu" for d in devices)
+        if on_cpu and cores <= CPU_READS_IN_THREADS and self.layer_weights >= REAL_MODEL_WEIGHTS:
             return 0
         return 1 if cores < 2 else max(2, min(4, cores // 4))
 
@@ -393,6 +395,7 @@ def _ends(enc: Any) -> Any:
     return (first, last) if first is not None and last is not None else enc.offsets
 
 
+CPU_READS_IN_THREADS = 8  # cores up to which a CPU-only run of a real model reads in the parent's threads
 REAL_MODEL_WEIGHTS = 1_000_000  # transformer weights (embeddings aside) from which a model gets a worker per core
 SLICE_CHARS = 1 << 18  # texts longer than this are tokenized in slices (bounded memory per file)
 
