@@ -166,6 +166,47 @@ def test_the_end_of_input_behind_batches_already_cut_cuts_them_again_with_the_re
     assert sorted(first + [c for b in rest for c in b]) == list(range(1, 10))
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 50), min_size=1, max_size=20), min_size=1, max_size=12),
+       st.integers(1, 8), st.integers(0, 120), st.integers(1, 4), st.integers(1, 40), st.integers(0, 12))
+def test_the_batcher_gives_every_item_once_within_the_caps_wherever_the_end_of_input_comes(
+        blocks, max_items, max_cost, workers, window, end_after):
+    """Blocks arrive while batches are taken; the end of input is queued after `end_after`
+    batches were taken (behind ready batches, behind a full window, or last)."""
+    caps = BatchCaps(max_items, max_cost, 0.0)
+
+    async def scenario():
+        queue = BlockQueue(60)
+        batcher = Batcher(queue, caps, window_items=window, parallel=workers)
+        start, taken = 0, []
+
+        async def feed():
+            nonlocal start
+            for costs in blocks:
+                await queue.put(block(costs, start=start))
+                start += len(costs)
+                await asyncio.sleep(0)
+            for _ in range(200):  # until `end_after` batches were taken, or they will not come without it
+                if len(taken) >= end_after:
+                    break
+                await asyncio.sleep(0)
+            await queue.put(END)
+
+        feeder = asyncio.ensure_future(feed())
+        while (batch := await batcher.next()) is not None:
+            taken.append(batch)
+            await asyncio.sleep(0)
+        await feeder
+        return taken
+
+    taken = asyncio.run(asyncio.wait_for(scenario(), 20))
+    seen = [int(i) for batch in taken for i in batch.index]
+    assert sorted(seen) == list(range(sum(len(b) for b in blocks))), "every item exactly once"
+    for batch in taken:
+        assert 1 <= len(batch) <= max_items
+        assert len(batch) == 1 or max_cost == 0 or batch.total_cost <= max_cost
+
+
 def test_a_block_queue_is_bounded_by_items_but_always_takes_one_block():
     async def scenario():
         queue = BlockQueue(10)

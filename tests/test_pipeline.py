@@ -64,6 +64,21 @@ def test_every_input_exactly_once_with_two_workers(tree, tmp_path):
         assert b["cost"] <= 40 or b["size"] == 1
 
 
+def test_the_last_batches_are_even_for_the_workers(tree, tmp_path):
+    """50 one-line files, batches of 16, two workers: not 16, 16, 16 and a last batch of 2 that
+    leaves one worker idle while the other runs a full one, but last batches of even size, as
+    many for each worker."""
+    root = tree({f"f{i:02d}.txt": f"line {i}\n" for i in range(50)})
+    log = tmp_path / "batches.jsonl"
+    summary = run_fake([root], tmp_path / "out.parquet", {"batch_log": str(log)}, workers_per_device=2,
+                       batch_size=16)
+    assert summary.exit_code == 0 and summary.rows == 50
+    sizes = [json.loads(line)["size"] for line in log.read_text().splitlines()]
+    assert sum(sizes) == 50
+    last = [size for size in sizes if size < 16]
+    assert len(last) % 2 == 0 and max(last) - min(last) <= 1, sizes
+
+
 def test_lone_oversized_item_goes_alone(tree, tmp_path):
     root = tree({"big.txt": " ".join(["word"] * 50) + "\n", "small.txt": "a b\nc d\ne f\n"})
     log = tmp_path / "batches.jsonl"
