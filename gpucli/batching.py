@@ -138,9 +138,10 @@ class Windows:
             return
         items = Items.concat(self._blocks)
         order = sort_by_cost(items.cost)
-        ends = cut_points(items.cost[order], self.caps)
+        costs = items.cost[order]
+        ends = cut_points(costs, self.caps)
         if final:
-            ends = even_tail(items.cost[order], self.caps, ends, self.parallel)
+            ends = even_tail(costs, self.caps, ends, self.parallel)
         start = 0
         for end in ends:
             part = order[start:end]

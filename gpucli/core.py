@@ -245,7 +245,6 @@ class Job:
                                                   self.task_cls.cost_name)
         self.counts = Counts()
         self.caps = batch_caps(config, self.task_cls)
-        self.worker_devices: list[str] = []  # one entry per worker, from `use_devices`
         self.clocks = {"read": BusyClock()}
         self.started = time.monotonic()
         self.summary.started_at = _now()
@@ -277,7 +276,6 @@ class Job:
         from gpucli.progress import start_line
 
         self.caps = batch_caps(self.config, self.task_cls, devices)
-        self.worker_devices = list(devices)
         self.summary.devices = list(devices)
         self.progress.start(start_line(__version__, self.task_cls.name, self.spec.model, devices, self.output.display))
 
@@ -304,15 +302,15 @@ class Job:
             per_device = self.task.cpu_workers(_cores()) if devices == ["cpu"] else 1
         return [device for device in devices for _ in range(per_device)]
 
-    def reader_processes(self):
+    def reader_processes(self, devices: list[str]):
         """Reader processes for this run, or None to read in threads (see reader.ReaderProcesses):
         `read_processes` when set (0 = threads), else the task's choice for the host's cores and
-        the run's devices (after `use_devices`)."""
+        the workers' `devices`."""
         from gpucli.reader import ReaderProcesses
 
         count = self.config.read_processes
         if count < 0:
-            count = self.task.reader_processes(_cores(), self.worker_devices)
+            count = self.task.reader_processes(_cores(), devices)
         return ReaderProcesses(self.spec, count) if count > 0 else None
 
     def attempts(self):

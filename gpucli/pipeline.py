@@ -104,7 +104,7 @@ class Pipeline:
                              job.accounts.commit, job.accounts.durable, lambda: job.accounts.buffer.rows)
         self.has_work = asyncio.Event()
         ticker = asyncio.ensure_future(self._tick())
-        self.reader = asyncio.ensure_future(self._read())  # reads while the workers load their models
+        self.reader = asyncio.ensure_future(self._read(devices))  # reads while the workers load their models
         try:
             if job.output.all_new():  # a first run: the models load while the tree is walked and read
                 self.pool.spawn()
@@ -178,10 +178,10 @@ class Pipeline:
             await asyncio.to_thread(self.job.close, written)
 
     # --- reader -----------------------------------------------------------------------------
-    async def _read(self) -> None:
+    async def _read(self, devices: list[str]) -> None:
         job = self.job
         lookup = job.output.lookup()
-        processes = job.reader_processes()
+        processes = job.reader_processes(devices)
         try:
             async for chunk in read_chunks(job.walk_blocks(), job.task, job.max_bytes, job.chunk_files,
                                            self.config.read_chunks_in_flight, lookup, job.seen(),

@@ -72,8 +72,11 @@ def test_embed_sample_docs_through_the_cli(tmp_path, monkeypatch):
 
     chosen = []  # the reader's choice, made once the workers' devices are known
     choose = Job.reader_processes
-    monkeypatch.setattr(Job, "reader_processes", lambda job: chosen.append((list(job.worker_devices), choose(job)))
-                        or chosen[-1][1])
+    def spy(job, devices):
+        chosen.append((list(devices), choose(job, devices)))
+        return chosen[-1][1]
+
+    monkeypatch.setattr(Job, "reader_processes", spy)
     out = tmp_path / "docs.parquet"
     result = CliRunner().invoke(app, ["embed", str(SAMPLE / "docs"), "--out", str(out), "--json", "--quiet"])
     assert result.exit_code == 0, result.stderr
@@ -267,14 +270,11 @@ def test_a_real_model_on_the_cpu_reads_in_threads_and_a_gpu_run_in_reader_proces
     job.task.open()
     job.spec = job.task.spec
     job.config = RunConfig(task="embed", paths=(str(tmp_path),), devices="cpu")
-    job.worker_devices = ["cpu", "cpu"]
-    assert job.reader_processes() is None
-    job.worker_devices = ["cuda:0"]
-    processes = job.reader_processes()
+    assert job.reader_processes(["cpu", "cpu"]) is None
+    processes = job.reader_processes(["cuda:0"])
     assert processes is not None
     processes.close()
-    job.worker_devices = ["cpu", "cpu"]
     job.config = dataclasses.replace(job.config, read_processes=1)
-    processes = job.reader_processes()
+    processes = job.reader_processes(["cpu", "cpu"])
     assert processes is not None
     processes.close()

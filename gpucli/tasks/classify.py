@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpucli.errors import UsageError
-from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
+from gpucli.hub import WEIGHT_SUFFIXES, ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import Item, Source
 from gpucli.tasks._images import Geometry, ShmBatch, ShmPool, open_image, read_batch, resize_crop, stack
 from gpucli.tasks.base import ModelEntry, Task, per_core
@@ -68,7 +68,6 @@ class Normalize:
 
 
 REAL_MODEL_BYTES = 4_000_000  # weights (1M float32 values) from which a torch model gets a worker per CPU core
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 LITE0_GEOMETRY = Geometry(short_side=256, crop=(224, 224), resample=BICUBIC)
 LITE0_NORMALIZE = Normalize(scale=1.0, mean=(127.0, 127.0, 127.0), std=(128.0, 128.0, 128.0))
 
