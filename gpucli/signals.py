@@ -16,7 +16,9 @@ CPython's own resource tracker is started the same way."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -37,6 +39,35 @@ def held_from_children() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def held_stops(deliver: bool = True, on_held: Callable[[int], None] | None = None) -> Iterator[None]:
+    """A section a stop must not cut in two: a driver whose Ctrl-C is a KeyboardInterrupt
+    (Ray's) between writing a part and counting it wrote rows its summary never counted.
+
+    A stop signal that arrives inside waits for the section's end. Then, with `deliver`, it
+    goes to the handler that was there (the KeyboardInterrupt, SIGTERM's own handler); else
+    only `on_held(signum)` hears of it (a stop during the run's last writes, already stopping).
+    Only the main thread runs Python signal handlers: elsewhere this holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if held and on_held is not None:
+            on_held(held[0])
+    if held and deliver:  # not after an error inside: that error goes on as it was
+        handler = previous[held[0]]
+        if callable(handler):
+            handler(held[0], None)
+        elif handler in (signal.SIG_DFL, None):
+            os.kill(os.getpid(), held[0])
 
 
 def leave_to_parent() -> None:

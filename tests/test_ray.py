@@ -181,6 +181,45 @@ def test_sigterm_keeps_complete_inputs_and_counts_the_rest_unfinished(ray_sessio
     assert len(rows_by_key(tmp_path / "out.parquet")) == 80
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_a_stop_right_after_the_ledger_marks_a_part_done_still_counts_that_part(ray_session, tree, tmp_path,
+                                                                               monkeypatch, signum):
+    """The stop lands at the worst moment: the sink wrote the part and the ledger marked its
+    inputs done, but the driver has not counted them yet. They count as succeeded (once), the
+    rest as unfinished, and a rerun does exactly the rest."""
+    import os
+    import signal
+
+    from gpucli.core import Accounts
+    from gpucli.engines.ray import run
+    from gpucli.progress import Progress
+
+    commit, sig = Accounts.commit, getattr(signal, signum)
+
+    def commit_then_stop(self, part, location):
+        committed = commit(self, part, location)
+        if not getattr(Accounts, "stopped", False):
+            monkeypatch.setattr(Accounts, "stopped", True, raising=False)
+            os.kill(os.getpid(), sig)
+        return committed
+
+    monkeypatch.setattr(Accounts, "commit", commit_then_stop)
+    root = tree({f"f{i:02d}.txt": f"alpha {i}\nbeta {i}\n" for i in range(30)})
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(tmp_path / "out.parquet"), progress="off",
+                       devices="cpu", engine="ray", batch_size=2, read_chunk_files=2, queue_items=2, part_rows=1,
+                       task_options={"sleep_ms": 30})
+    stopped = run(config, Progress())
+    assert stopped.exit_code == 128 + sig and stopped.interrupted
+    written = {path for path, _ in rows_by_key(tmp_path / "out.parquet")}
+    assert 0 < len(written) == stopped.succeeded < 30 and stopped.rows == 2 * stopped.succeeded
+    assert stopped.inputs == 30 == stopped.succeeded + stopped.unfinished
+    monkeypatch.setattr(Accounts, "commit", commit)
+    again = run(config, Progress())
+    assert (again.exit_code, again.unchanged, again.succeeded) == (0, stopped.succeeded, 30 - stopped.succeeded)
+    assert len(rows_by_key(tmp_path / "out.parquet")) == 60
+
+
 def test_sigterm_during_the_walk_exits_143_prunes_nothing_and_starts_no_ray(tree, tmp_path, monkeypatch):
     pytest.importorskip("ray")
     import os

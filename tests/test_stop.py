@@ -175,3 +175,30 @@ def test_a_large_file_that_kills_its_reader_twice_becomes_a_failure_record(tree,
     from tests.test_pipeline import read_rows
 
     assert sorted({r["path"] for r in read_rows(out)}) == [f"ok{i}.txt" for i in range(5)]
+
+
+def test_a_stop_inside_a_held_section_reaches_the_old_handler_only_at_its_end():
+    """`held_stops`: Ray's driver takes what came back and writes parts inside one, so a Ctrl-C
+    (a KeyboardInterrupt there) never falls between a part written and a part counted."""
+    from gpucli.signals import held_stops
+
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with held_stops():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler has run by now: it only noted the signal
+            steps.append("after the signal")
+    assert steps == ["after the signal"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    heard = []
+    with held_stops(deliver=False, on_held=heard.append):  # the run's last writes: only noted
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+    assert heard == [signal.SIGINT]
+
+    with pytest.raises(ValueError):  # an error inside goes on as it was, not a KeyboardInterrupt
+        with held_stops():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            raise ValueError("inside")

@@ -31,6 +31,7 @@ from gpucli.errors import RunFailedError, WorkerSetupError
 from gpucli.progress import Counts, Progress
 from gpucli.reader import ReadChunk
 from gpucli.records import Failure, Source
+from gpucli.signals import held_stops
 from gpucli.walk import Found
 
 from .actors import BATCH, CAPS, CHUNK, SETUP, dataset, source_row
@@ -86,7 +87,8 @@ class RayJob:
             raise RunFailedError(f"Ray stopped the run: {first_line(exc)}. Results written so far are kept.") from None
         finally:
             try:
-                self._flush(force=True)
+                with held_stops(deliver=False, on_held=self._stopped_by):  # a second Ctrl-C waits for it
+                    self._flush(force=True)
                 written = True
             finally:
                 self.job.close(written)
@@ -105,11 +107,12 @@ class RayJob:
             if self.sent:
                 self.job.progress.log(f"ray: {len(self.sent)} file(s) lost again; running them one by one")
                 self._consume(self._dataset(plan, alone=True))
-        self._flush(force=True)  # complete inputs durable first: `lost` fails what is still open
-        for source in self.sent.values():
-            self.job.accounts.record_failure(Failure(source.path, "infer", LOST))
-        self.sent.clear()
-        self.job.accounts.lost(LOST)
+        with held_stops():
+            self._flush(force=True)  # complete inputs durable first: `lost` fails what is still open
+            for source in self.sent.values():
+                self.job.accounts.record_failure(Failure(source.path, "infer", LOST))
+            self.sent.clear()
+            self.job.accounts.lost(LOST)
 
     # --- the listing ------------------------------------------------------------------------
     def _list(self) -> None:
@@ -123,7 +126,8 @@ class RayJob:
                 self._listed(found, lookup, seen)
                 found = []
         self._listed(found, lookup, seen)
-        self.job.prune()
+        with held_stops():  # the ledger forgets and the output drops the same inputs, or neither
+            self.job.prune()
 
     def _listed(self, found: list[Found], lookup, seen) -> None:
         sources = [f.source for f in found if f.source is not None]
@@ -154,14 +158,17 @@ class RayJob:
         return self.job.window_items
 
     def _consume(self, ds) -> None:
+        """Ctrl-C (a KeyboardInterrupt here) lands while Ray works, never inside the taking of
+        what came back: a part the sink wrote and the ledger marked done is counted as such."""
         batches = iter(ds.iter_batches(batch_format="pyarrow", batch_size=None))
         try:
             for table in batches:
-                self.job.counts.phase = ""
-                for row in table.to_pylist():
-                    self._take(row)
-                self._flush()
-                self.job.progress.update(self._counts())
+                with held_stops():
+                    self.job.counts.phase = ""
+                    for row in table.to_pylist():
+                        self._take(row)
+                    self._flush()
+                    self.job.progress.update(self._counts())
         finally:
             getattr(batches, "close", lambda: None)()  # stops the streaming executor and its actors now
 
@@ -212,6 +219,9 @@ class RayJob:
 
     def _on_sigterm(self) -> None:
         self.stopping = signal.SIGTERM
+
+    def _stopped_by(self, signum: int) -> None:
+        self.stopping = self.stopping or signum
 
     def _phase(self, text: str) -> None:
         self.job.counts.phase = text
