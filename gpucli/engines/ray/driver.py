@@ -87,11 +87,13 @@ class RayJob:
             raise RunFailedError(f"Ray stopped the run: {first_line(exc)}. Results written so far are kept.") from None
         finally:
             try:
-                with held_stops(deliver=False, on_held=self._stopped_by):  # a second Ctrl-C waits for it
-                    self._flush(force=True)
-                written = True
+                with held_stops(deliver=False, on_held=self._stopped_by):  # a second stop waits for the output
+                    try:
+                        self._flush(force=True)
+                        written = True
+                    finally:
+                        self.job.close(written)
             finally:
-                self.job.close(written)
                 leave()
         return self._finish()
 
