@@ -83,6 +83,23 @@ def test_plan_gpus_per_actor_and_fractional_cpus():
 
 @pytest.mark.slow
 @pytest.mark.model
+def test_a_cpu_cluster_gets_an_actor_per_node_whose_threads_fit_a_node():
+    """A CPU cluster (head without CPUs, two workers of 16): one predictor per node by default,
+    none with more threads than a node has cores, also when --workers-per-device asks for fewer
+    actors than nodes."""
+    from gpucli.engines.ray import plan_for
+
+    nodes = [0.0, 16.0, 16.0]
+    default = plan_for("auto", 0, cpus=32, gpus=0, node_cpus=nodes)
+    assert (default.actors, default.threads, default.num_cpus, default.device) == (2, 16, 1.0, "cpu")
+    assert (plan_for("cpu", 1, cpus=32, gpus=0, node_cpus=nodes).threads) == 16  # was 32 on a 16-core node
+    assert (plan_for("cpu", 4, cpus=32, gpus=0, node_cpus=nodes).actors,
+            plan_for("cpu", 4, cpus=32, gpus=0, node_cpus=nodes).threads) == (4, 8)
+    one = plan_for("auto", 0, cpus=2, gpus=0, node_cpus=[2.0])  # a private Ray on this machine
+    assert (one.actors, one.threads, one.num_cpus) == (1, 2, 1.0)
+    assert plan_for("auto", 0, cpus=32, gpus=4, node_cpus=nodes).actors == 4  # GPUs: one per GPU
+
+
 def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session, tmp_path):
     root = tmp_path / "docs"
     shutil.copytree(SAMPLE / "docs", root)

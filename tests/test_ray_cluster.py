@@ -159,6 +159,14 @@ def test_a_worker_node_lost_mid_run_leaves_the_run_to_the_other_node_every_input
     """Three 1-CPU predictors over two 2-CPU worker nodes: one node holds at most two, so
     the node killed mid-run was running some of them."""
     cluster.start_worker("w2")
+    spread = tmp_path / "spread.jsonl"  # first, the default plan on a CPU cluster: a predictor per node
+    quick = dict(SLOW, workers_per_device=0)
+    options = {"batch_log": str(spread), "sleep_ms": 150}
+    done = cluster.run(fake_run(*slow_files(tmp_path / "quick", 40), options, **quick))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "loading the model in 2 Ray actor(s)" in done.stderr
+    assert {json.loads(line)["node"] for line in spread.read_text().splitlines()} == {"w1", "w2"}
+
     root, out = slow_files(tmp_path)
     log = tmp_path / "batches.jsonl"
     # The node to be killed runs every batch 0.6 s longer: once a batch has started there,

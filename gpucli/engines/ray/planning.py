@@ -31,24 +31,33 @@ def make_plan(config: RunConfig) -> Plan:
     import ray
 
     resources = ray.cluster_resources()
-    return plan_for(config.devices, config.workers_per_device or 1, float(resources.get("CPU", 1)),
-                    int(resources.get("GPU", 0)))
+    node_cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    return plan_for(config.devices, config.workers_per_device or 0, float(resources.get("CPU", 1)),
+                    int(resources.get("GPU", 0)), node_cpus)
 
 
-def plan_for(devices: str, per: int, cpus: float, gpus: int) -> Plan:
-    """Predictor actors from --devices and --workers-per-device, and the cluster's CPUs and GPUs.
+def plan_for(devices: str, per: int, cpus: float, gpus: int, node_cpus: list[float] | None = None) -> Plan:
+    """Predictor actors from --devices and --workers-per-device (`per`, 0 when not given), and
+    the cluster's CPUs and GPUs (`node_cpus`: each live node's).
 
     GPUs: one actor per GPU times --workers-per-device (each takes 1/that of a GPU).
-    CPU: --workers-per-device actors with fractional CPUs, so that the readers and the driver's
-    output never starve (two actors x 1 CPU on a 2-CPU node deadlock reads and writes).
+    CPU: one actor per node that has CPUs (Ray Data spreads an actor pool over the nodes), or
+    --workers-per-device actors in all; an actor's threads are its share of the cluster's cores,
+    never more than the smallest such node has (an actor of a 2-node cluster's 32 cores, on a
+    node of 16, ran 32 threads on 16 cores). Fractional CPUs, so that the readers and the
+    driver's output never starve (two actors x 1 CPU on a 2-CPU node deadlock reads and writes).
     """
     readers = max(1, min(8, int(cpus // 4)))
     if _wants_gpu(devices, gpus):
-        actors = gpus * per
+        actors = gpus * (per or 1)
         num_cpus = min(1.0, max(0.25, (cpus - READ_CPUS) / actors))
-        return Plan(actors, round(num_cpus, 2), 1.0 / per, "cuda:0", max(1, min(4, int(cpus // actors))), readers)
-    num_cpus = min(1.0, max(0.1, (cpus - READ_CPUS) / per))
-    return Plan(per, round(num_cpus, 2), 0.0, "cpu", max(1, int(cpus // per)), readers)
+        return Plan(actors, round(num_cpus, 2), 1.0 / (per or 1), "cuda:0", max(1, min(4, int(cpus // actors))),
+                    readers)
+    nodes = [c for c in (node_cpus or []) if c >= 1] or [cpus]
+    actors = per or len(nodes)
+    num_cpus = min(1.0, max(0.1, (cpus - READ_CPUS) / actors))
+    threads = max(1, min(int(min(nodes)), int(cpus // actors)))
+    return Plan(actors, round(num_cpus, 2), 0.0, "cpu", threads, readers)
 
 
 def placeable(plan: Plan, nodes: list[dict]) -> bool:
