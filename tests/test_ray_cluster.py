@@ -164,7 +164,6 @@ def test_a_worker_node_lost_mid_run_leaves_the_run_to_the_other_node_every_input
     options = {"batch_log": str(spread), "sleep_ms": 150}
     done = cluster.run(fake_run(*slow_files(tmp_path / "quick", 40), options, **quick))
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "loading the model in 2 Ray actor(s)" in done.stderr
     assert {json.loads(line)["node"] for line in spread.read_text().splitlines()} == {"w1", "w2"}
 
     root, out = slow_files(tmp_path)
