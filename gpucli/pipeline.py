@@ -65,6 +65,7 @@ class Pipeline:
         self.pool: WorkerPool | None = None
         self.writer: Writer | None = None
         self.queue: BlockQueue | None = None
+        self.pruning: asyncio.Future | None = None  # --prune's thread, once the walk is complete
         self._batch_id = 0
         self._oom_events = 0
 
@@ -175,6 +176,8 @@ class Pipeline:
                 await self.writer.close()
             written = True
         finally:
+            if self.pruning is not None:
+                await asyncio.gather(self.pruning, return_exceptions=True)  # its error went up with the reader
             await asyncio.to_thread(self.job.close, written)
 
     # --- reader -----------------------------------------------------------------------------
@@ -195,7 +198,12 @@ class Pipeline:
         finally:
             if processes is not None:
                 processes.close()
-        await asyncio.to_thread(job.prune)
+        if self.signal_received:  # a stop during the walk prunes nothing
+            return
+        # A stop cancels the reader, never the prune's thread: _shutdown waits for it before the
+        # output closes (a close beside a running prune left the ledger and the rows apart).
+        self.pruning = asyncio.ensure_future(asyncio.to_thread(job.prune))
+        await asyncio.shield(self.pruning)
         await self.queue.put(END)
 
     # --- dispatcher -------------------------------------------------------------------------

@@ -2,7 +2,10 @@
 spawned child's.
 
 The run's handler replaces whatever was there (the CLI's own handlers) and gives it back
-afterwards, never SIG_DFL: a library user's or a test's handlers survive a run.
+afterwards (SIG_DFL only for one installed from C): a library user's or a test's handlers
+survive a run. The local engine's stop is a callback on its loop; Ray's driver, which has no
+loop of its own, stops by a KeyboardInterrupt that `DriverStops` keeps out of the steps that
+must not be cut in two.
 
 Ctrl-C in a terminal and systemd's stop signal the whole process group. The parent decides
 what a stop means and stops its readers and workers itself, so a child ignores both signals,
@@ -20,6 +23,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -41,33 +45,72 @@ def held_from_children() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-@contextlib.contextmanager
-def held_stops(deliver: bool = True, on_held: Callable[[int], None] | None = None) -> Iterator[None]:
-    """A section a stop must not cut in two: a driver whose Ctrl-C is a KeyboardInterrupt
-    (Ray's) between writing a part and counting it wrote rows its summary never counted.
+class DriverStops:
+    """Ctrl-C and SIGTERM for a driver whose stop is a KeyboardInterrupt raised where the main
+    thread happens to be (Ray's driver, which spends its time inside Ray's iterator).
 
-    A stop signal that arrives inside waits for the section's end. Then, with `deliver`, it
-    goes to the handler that was there (the KeyboardInterrupt, SIGTERM's own handler); else
-    only `on_held(signum)` hears of it (a stop during the run's last writes, already stopping).
-    Only the main thread runs Python signal handlers: elsewhere this holds nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in STOP_SIGNALS}
+    Some steps must not be cut in two: a part written and marked done in the ledger but never
+    counted left a summary of 0 succeeded beside 4 rows. Inside `held()` the first stop only
+    notes itself (a line on stderr) and is raised as the KeyboardInterrupt when the step ends;
+    a second stop is raised at once, as the local engine's second Ctrl-C stops at once. One
+    handler stays installed for the whole run (`installed()`), so no stop can fall between two
+    handler swaps; `signum` is the first stop's signal, for the exit code."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._holding = 0  # nested held() sections
+        self._held = False  # a stop came inside one and waits for its end
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """The handler for both stop signals; the previous ones come back after (main thread
+        only: elsewhere Python runs no signal handler, and nothing is installed)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+        try:
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, self._on_signal)
+            yield
+        finally:
+            _restore(previous)
+
+    @contextlib.contextmanager
+    def held(self, deliver: bool = True) -> Iterator[None]:
+        """A step a first stop waits for. With `deliver`, that stop is raised once the step
+        ends well (an error inside goes on as it was); without, it only sets `signum` (the
+        run's last writes, after which the run ends anyway)."""
+        waited = False
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+            if not self._holding:
+                waited, self._held = self._held, False
+        if waited and deliver:
+            raise KeyboardInterrupt
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signum = self.signum or signum
+        if self._holding and not self._held:
+            self._held = True
+            os.write(2, f"gpucli: {signal.Signals(signum).name}: finishing the part being written, then stopping; "
+                        "press Ctrl-C again to stop at once\n".encode())
+            return
+        raise KeyboardInterrupt
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    """Each handler back, also when a stop lands between two of them (`None`: one installed
+    from C, which Python cannot put back: the default then)."""
+    (sig, handler), *rest = previous.items()
     try:
-        yield
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        if held and on_held is not None:
-            on_held(held[0])
-    if held and deliver:  # not after an error inside: that error goes on as it was
-        handler = previous[held[0]]
-        if callable(handler):
-            handler(held[0], None)
-        elif handler in (signal.SIG_DFL, None):
-            os.kill(os.getpid(), held[0])
+        if rest:
+            _restore(dict(rest))
 
 
 def leave_to_parent() -> None:
@@ -100,7 +143,8 @@ class LoopSignals:
         import asyncio
 
         loop = asyncio.get_running_loop()
-        for sig, previous in self._previous.items():
+        for sig in self._previous:
             loop.remove_signal_handler(sig)
-            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        if self._previous:
+            _restore(self._previous)
         self._previous = {}

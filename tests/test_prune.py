@@ -192,3 +192,42 @@ def test_the_ray_engine_prunes_by_the_same_rule(tree, tmp_path, monkeypatch):
     summary = run("ray", prune=True)  # nothing new to do: the driver walks and prunes, Ray never starts
     assert (summary.pruned, summary.failed) == (1, 1)
     assert rows_by_path(out) == ["a.txt", "sub/b.txt"]
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_a_stop_while_prune_runs_lets_it_finish_before_the_output_closes(tree, tmp_path, monkeypatch, engine):
+    """Ctrl-C lands while --prune's ledger work runs (a large ledger): the prune ends before the
+    output closes, so the ledger and the rows agree: the vanished input's rows are gone, and
+    the run says it was interrupted (exit 130)."""
+    import signal
+    import time
+
+    from gpucli.config import RunConfig
+    from gpucli.engines import run_engine
+
+    if engine == "ray":
+        pytest.importorskip("ray.data")
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n", "gone.txt": "bye\n"})
+    out = tmp_path / "out.parquet"
+    config = dict(task="tests.fake_task:FakeTask", paths=(str(root),), out=str(out), progress="off", devices="cpu")
+    assert run_engine(RunConfig(**config)).succeeded == 3
+    (root / "gone.txt").unlink()
+    events, prune, close = [], Output.prune, Output.close
+
+    def slow_prune(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+        pruned = prune(self, *args, **kwargs)
+        events.append("prune end")
+        return pruned
+
+    def noted_close(self, *args, **kwargs):
+        events.append("close")
+        return close(self, *args, **kwargs)
+
+    monkeypatch.setattr(Output, "prune", slow_prune)
+    monkeypatch.setattr(Output, "close", noted_close)
+    summary = run_engine(RunConfig(**config, engine=engine, prune=True))  # nothing new: Ray never starts
+    assert events == ["prune end", "close"]
+    assert (summary.exit_code, summary.pruned) == (130, 1)
+    assert rows_by_path(out) == ["a.txt", "b.txt"]

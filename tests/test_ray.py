@@ -81,25 +81,34 @@ def test_plan_gpus_per_actor_and_fractional_cpus():
         plan_for("cuda:0,1", 1, cpus=8, gpus=2)
 
 
-@pytest.mark.slow
-@pytest.mark.model
-def test_a_cpu_cluster_gets_an_actor_per_node_whose_threads_fit_a_node():
-    """A CPU cluster (head without CPUs, two workers of 16): one predictor per node by default,
-    none with more threads than a node has cores, also when --workers-per-device asks for fewer
-    actors than nodes."""
+def test_a_cpu_cluster_gets_an_actor_per_node_with_that_nodes_cores_as_threads():
+    """A CPU cluster (a head with CPUs, two workers of 32): one predictor per node by default,
+    each running its own node's CPUs as threads (0: decided on the node); --workers-per-device N
+    is N actors in all, each with its share of the cluster's CPUs."""
     from gpucli.engines.ray import plan_for
 
-    nodes = [0.0, 16.0, 16.0]
-    default = plan_for("auto", 0, cpus=32, gpus=0, node_cpus=nodes)
-    assert (default.actors, default.threads, default.num_cpus, default.device) == (2, 16, 1.0, "cpu")
-    assert (plan_for("cpu", 1, cpus=32, gpus=0, node_cpus=nodes).threads) == 16  # was 32 on a 16-core node
-    assert (plan_for("cpu", 4, cpus=32, gpus=0, node_cpus=nodes).actors,
-            plan_for("cpu", 4, cpus=32, gpus=0, node_cpus=nodes).threads) == (4, 8)
+    nodes = [4.0, 32.0, 32.0]
+    default = plan_for("auto", 0, cpus=68, gpus=0, node_cpus=nodes)
+    assert (default.actors, default.threads, default.num_cpus, default.device) == (3, 0, 1.0, "cpu")
+    assert (plan_for("auto", 0, cpus=64, gpus=0, node_cpus=[0.0, 32.0, 32.0]).actors) == 2  # a head without CPUs
+    explicit = plan_for("cpu", 4, cpus=68, gpus=0, node_cpus=nodes)
+    assert (explicit.actors, explicit.threads) == (4, 17)
     one = plan_for("auto", 0, cpus=2, gpus=0, node_cpus=[2.0])  # a private Ray on this machine
-    assert (one.actors, one.threads, one.num_cpus) == (1, 2, 1.0)
-    assert plan_for("auto", 0, cpus=32, gpus=4, node_cpus=nodes).actors == 4  # GPUs: one per GPU
+    assert (one.actors, one.threads, one.num_cpus) == (1, 0, 1.0)
+    assert plan_for("auto", 0, cpus=68, gpus=4, node_cpus=nodes).actors == 4  # GPUs: one per GPU
 
 
+def test_an_actor_of_the_default_cpu_plan_runs_its_nodes_cpus_as_threads(ray_session):
+    """The private Ray here has one node of 2 CPUs: threads 0 means 2 (never more than the
+    machine's cores)."""
+    from gpucli.engines.ray.actors import actor_threads
+
+    assert actor_threads(0) == 2
+    assert actor_threads(1) == 1 and actor_threads(64) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.model
 def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session, tmp_path):
     root = tmp_path / "docs"
     shutil.copytree(SAMPLE / "docs", root)
@@ -264,6 +273,40 @@ def test_sigterm_during_the_walk_exits_143_prunes_nothing_and_starts_no_ray(tree
     assert (summary.exit_code, summary.pruned, summary.interrupted) == (143, 0, True)
     assert sorted(path for path, _ in rows_by_key(out)) == ["a.txt", "b.txt", "c.txt"]
 
+
+
+def test_a_stop_right_after_a_walk_failure_is_written_still_counts_it(tree, tmp_path, monkeypatch):
+    """SIGTERM lands just after the walk wrote a failure record to the failures file: the
+    summary counts it (failed == the file's lines), and the run exits 143 without Ray."""
+    pytest.importorskip("ray")
+    import os
+    import signal
+
+    from gpucli.core import Job
+    from gpucli.engines.ray import RayJob
+    from gpucli.output import Output
+    from gpucli.records import Failure
+    from gpucli.walk import Found
+
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
+    walk, failed = Job.walk, Output.failed
+
+    def walk_with_a_failure(self, exclude=None):
+        yield Found(failure=Failure("bad.txt", "read", "cannot read it", 1, 1))
+        yield from walk(self, exclude)
+
+    def failed_then_stop(self, failure):
+        known = failed(self, failure)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return known
+
+    monkeypatch.setattr(Job, "walk", walk_with_a_failure)
+    monkeypatch.setattr(Output, "failed", failed_then_stop)
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(tmp_path / "out.parquet"), progress="off",
+                       devices="cpu", engine="ray")
+    summary = RayJob(config).run(lambda: pytest.fail("Ray must not start"))
+    assert (summary.exit_code, summary.interrupted) == (143, True)
+    assert summary.failed == len(Path(summary.failures_file).read_text().splitlines()) == 1
 
 @pytest.mark.slow
 def test_setup_failure_stops_the_run_with_the_actors_message(ray_session, tree, tmp_path):

@@ -177,28 +177,65 @@ def test_a_large_file_that_kills_its_reader_twice_becomes_a_failure_record(tree,
     assert sorted({r["path"] for r in read_rows(out)}) == [f"ok{i}.txt" for i in range(5)]
 
 
-def test_a_stop_inside_a_held_section_reaches_the_old_handler_only_at_its_end():
-    """`held_stops`: Ray's driver takes what came back and writes parts inside one, so a Ctrl-C
-    (a KeyboardInterrupt there) never falls between a part written and a part counted."""
-    from gpucli.signals import held_stops
+def test_a_first_stop_inside_a_held_step_waits_for_its_end_and_a_second_stops_at_once(capfd):
+    """Ray's driver stops by a KeyboardInterrupt: it takes what came back and writes parts in
+    held steps, so a Ctrl-C never falls between a part written and a part counted, and a
+    second Ctrl-C still gets the user out of a slow step."""
+    from gpucli.signals import DriverStops
 
-    steps = []
-    with pytest.raises(KeyboardInterrupt):
-        with held_stops():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # the handler has run by now: it only noted the signal
-            steps.append("after the signal")
-    assert steps == ["after the signal"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    stops, steps = DriverStops(), []
+    with stops.installed():
+        with pytest.raises(KeyboardInterrupt):
+            with stops.held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)  # the handler has run by now: it only noted the stop
+                steps.append("the step went on")
+        assert steps == ["the step went on"] and stops.signum == signal.SIGTERM  # the first stop's signal
+        assert "finishing the part being written" in capfd.readouterr().err
 
-    heard = []
-    with held_stops(deliver=False, on_held=heard.append):  # the run's last writes: only noted
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)
-    assert heard == [signal.SIGINT]
+        with pytest.raises(KeyboardInterrupt):  # a second stop inside a step: at once
+            with stops.held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                steps.append("not reached")
+        assert "not reached" not in steps
 
-    with pytest.raises(ValueError):  # an error inside goes on as it was, not a KeyboardInterrupt
-        with held_stops():
+        with stops.held(deliver=False):  # the run's last writes: the stop is noted, not raised
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
-            raise ValueError("inside")
+        with pytest.raises(ValueError):  # an error inside goes on as it was, and the stop is not kept for later
+            with stops.held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                raise ValueError("inside")
+        with stops.held():
+            pass
+        with pytest.raises(KeyboardInterrupt):  # outside a step a stop is raised where it lands
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
+
+
+def test_the_handlers_come_back_also_when_a_stop_lands_between_two_of_them(monkeypatch):
+    """`_restore` puts each stop signal's handler back even when the first one's restore is cut
+    short by a KeyboardInterrupt (a stop landing right there)."""
+    from gpucli import signals
+
+    before = {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS}
+    for sig in signals.STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    real, calls = signal.signal, []
+
+    def cut_after_the_first(sig, handler):
+        calls.append(sig)
+        real(sig, handler)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(signals.signal, "signal", cut_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        signals._restore(before)
+    monkeypatch.undo()
+    assert {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS} == before

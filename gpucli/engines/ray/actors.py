@@ -151,7 +151,8 @@ class Predictor:
 
     def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0,
                  run_id: str = "") -> None:
-        limit_threads(min(threads, cores()))
+        threads = actor_threads(threads)
+        limit_threads(threads)
         keep_freed_memory()
         self.caps = caps
         self.oom_events = 0
@@ -160,7 +161,7 @@ class Predictor:
         try:
             self.task = create_task(spec)
             self.task.setup(device)
-            limit_torch_threads(min(threads, cores()))
+            limit_torch_threads(threads)
         except BaseException as exc:  # noqa: BLE001
             self.setup_error = describe_error(exc)
         mark_loaded(run_id)
@@ -217,6 +218,18 @@ class Predictor:
 
 def read_alone(table, spec: TaskSpec, max_bytes: int):
     return Reader(spec, max_bytes)(table)
+
+
+def actor_threads(planned: int) -> int:
+    """The threads of a predictor on this node: the plan's, or with 0 (the default CPU plan:
+    one actor per node) the CPUs Ray gives this node; never more than the machine's cores."""
+    if not planned:
+        import ray
+
+        me = ray.get_runtime_context().get_node_id()
+        mine = [n for n in ray.nodes() if n.get("NodeID") == me]
+        planned = int(mine[0].get("Resources", {}).get("CPU", 0)) if mine else 0
+    return max(1, min(planned or cores(), cores()))
 
 
 def predict_alone(table, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0,

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -202,23 +201,3 @@ def retries(option: str) -> dict[str, Any]:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return {option: RETRIES}
     return {}
-
-
-@contextlib.contextmanager
-def sigterm_interrupts(on_sigterm: Callable[[], None]) -> Iterator[None]:
-    """SIGTERM stops the run like Ctrl-C (a KeyboardInterrupt in the driver): complete inputs
-    are written, the rest is unfinished. Installed after ray.init, which sets its own handler."""
-
-    def on_term(sig: int, frame: Any) -> None:
-        on_sigterm()
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, on_term)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

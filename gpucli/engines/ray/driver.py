@@ -31,11 +31,11 @@ from gpucli.errors import RunFailedError, WorkerSetupError
 from gpucli.progress import Counts, Progress
 from gpucli.reader import ReadChunk
 from gpucli.records import Failure, Source
-from gpucli.signals import held_stops
+from gpucli.signals import DriverStops
 from gpucli.walk import Found
 
 from .actors import BATCH, CAPS, CHUNK, SETUP, dataset, source_row
-from .connection import connect, data_context, first_line, joined, nothing, sigterm_interrupts
+from .connection import connect, data_context, first_line, joined, nothing
 from .planning import Plan, make_plan, placeable
 from .readiness import forget, loaded, new_run_id
 
@@ -58,7 +58,7 @@ class RayJob:
         self.config = config
         self.job = Job(config, progress)
         self.sent: dict[int, Source] = {}  # inputs handed to Ray whose chunk has not come back
-        self.stopping = 0  # the signal number that stopped the run; 0 = running
+        self.stops = DriverStops()  # Ctrl-C / SIGTERM; `stops.signum` stopped the run (0 = running)
         self.seconds: dict[str, dict[str, float]] = {CHUNK: {}, BATCH: {}}  # read / model time per actor
         self.write_s = 0.0
         self._last_flush = time.monotonic()
@@ -71,23 +71,23 @@ class RayJob:
         self.job.open()  # the model and the output are checked before Ray starts: usage errors come fast
         leave, written = nothing, False
         try:
-            with sigterm_interrupts(self._on_sigterm):  # a stop during the walk prunes nothing
+            with self.stops.installed():  # a stop during the walk prunes nothing
                 self._list()
             if self.sent:  # else nothing is new: no need to start or join Ray
                 remote = self.config.ray_address or os.environ.get("RAY_ADDRESS")
                 self._phase("joining the Ray cluster" if remote else "starting Ray")
                 leave = joined(connector, self.config.ray_address)
-                with sigterm_interrupts(self._on_sigterm), data_context():
+                with self.stops.installed(), data_context():  # after ray.init, which sets its own SIGTERM handler
                     self._run_on(make_plan(self.config))
         except KeyboardInterrupt:
             if self.watch is not None and self.watch.reason:
                 raise self.watch.error() from None
-            self.stopping = self.stopping or signal.SIGINT
+            self.stops.signum = self.stops.signum or signal.SIGINT
         except ray.exceptions.RayError as exc:
             raise RunFailedError(f"Ray stopped the run: {first_line(exc)}. Results written so far are kept.") from None
         finally:
             try:
-                with held_stops(deliver=False, on_held=self._stopped_by):  # a second stop waits for the output
+                with self.stops.installed(), self.stops.held(deliver=False):  # a second stop: at once
                     try:
                         self._flush(force=True)
                         written = True
@@ -109,7 +109,7 @@ class RayJob:
             if self.sent:
                 self.job.progress.log(f"ray: {len(self.sent)} file(s) lost again; running them one by one")
                 self._consume(self._dataset(plan, alone=True))
-        with held_stops():
+        with self.stops.held():
             self._flush(force=True)  # complete inputs durable first: `lost` fails what is still open
             for source in self.sent.values():
                 self.job.accounts.record_failure(Failure(source.path, "infer", LOST))
@@ -128,25 +128,28 @@ class RayJob:
                 self._listed(found, lookup, seen)
                 found = []
         self._listed(found, lookup, seen)
-        with held_stops():  # the ledger forgets and the output drops the same inputs, or neither
+        with self.stops.held():  # the ledger forgets and the output drops the same inputs, or neither
             self.job.prune()
 
     def _listed(self, found: list[Found], lookup, seen) -> None:
-        sources = [f.source for f in found if f.source is not None]
-        failures = [f.failure for f in found if f.failure is not None]
-        if seen is not None and found:
-            seen([s.path for s in sources] + [f.path for f in failures])
-        known = lookup([s.path for s in sources]) if lookup else {}
-        unchanged = []
-        for source in sources:
-            k = known.get(source.path)
-            k = k if k is not None and k.status == "done" else None
-            source.digest = k.digest if k is not None else ""  # the reader compares contents with it
-            if k is not None and (k.size, k.mtime_ns) == (source.size, source.mtime_ns):
-                unchanged.append(source)
-            else:
-                self.sent[source.id] = source
-        self.job.accounts.read(ReadChunk(failures=failures, unchanged=unchanged, found=len(found)))
+        """A chunk of the walk into the Accounts, whole: a failure record written to the
+        failures file is counted in the summary too."""
+        with self.stops.held():
+            sources = [f.source for f in found if f.source is not None]
+            failures = [f.failure for f in found if f.failure is not None]
+            if seen is not None and found:
+                seen([s.path for s in sources] + [f.path for f in failures])
+            known = lookup([s.path for s in sources]) if lookup else {}
+            unchanged = []
+            for source in sources:
+                k = known.get(source.path)
+                k = k if k is not None and k.status == "done" else None
+                source.digest = k.digest if k is not None else ""  # the reader compares contents with it
+                if k is not None and (k.size, k.mtime_ns) == (source.size, source.mtime_ns):
+                    unchanged.append(source)
+                else:
+                    self.sent[source.id] = source
+            self.job.accounts.read(ReadChunk(failures=failures, unchanged=unchanged, found=len(found)))
 
     # --- Ray --------------------------------------------------------------------------------
     def _dataset(self, plan: Plan, alone: bool):
@@ -165,7 +168,7 @@ class RayJob:
         batches = iter(ds.iter_batches(batch_format="pyarrow", batch_size=None))
         try:
             for table in batches:
-                with held_stops():
+                with self.stops.held():
                     self.job.counts.phase = ""
                     for row in table.to_pylist():
                         self._take(row)
@@ -214,16 +217,11 @@ class RayJob:
         """The core's summary; stage times are the busiest actor's. Inputs still with Ray after
         an interrupt never reached the Accounts: they count as unfinished here."""
         self.job.clocks["read"].seconds = max(self.seconds[CHUNK].values(), default=0.0)
-        summary = self.job.finish(self.stopping, max(self.seconds[BATCH].values(), default=0.0), 0.0, self.write_s)
+        summary = self.job.finish(self.stops.signum, max(self.seconds[BATCH].values(), default=0.0), 0.0, self.write_s)
         summary.unfinished += len(self.sent)
         summary.inputs += len(self.sent)
         return summary
 
-    def _on_sigterm(self) -> None:
-        self.stopping = signal.SIGTERM
-
-    def _stopped_by(self, signum: int) -> None:
-        self.stopping = self.stopping or signum
 
     def _phase(self, text: str) -> None:
         self.job.counts.phase = text

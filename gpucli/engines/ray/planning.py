@@ -22,7 +22,7 @@ class Plan:
     num_cpus: float
     num_gpus: float
     device: str  # "cuda:0" (Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU) or "cpu"
-    threads: int  # torch threads per actor
+    threads: int  # torch threads per actor; 0: as many as its node has CPUs (actors.actor_threads)
     readers: int  # most reader actors
 
 
@@ -41,23 +41,21 @@ def plan_for(devices: str, per: int, cpus: float, gpus: int, node_cpus: list[flo
     the cluster's CPUs and GPUs (`node_cpus`: each live node's).
 
     GPUs: one actor per GPU times --workers-per-device (each takes 1/that of a GPU).
-    CPU: one actor per node that has CPUs (Ray Data spreads an actor pool over the nodes), or
-    --workers-per-device actors in all; an actor's threads are its share of the cluster's cores,
-    never more than the smallest such node has (an actor of a 2-node cluster's 32 cores, on a
-    node of 16, ran 32 threads on 16 cores). Fractional CPUs, so that the readers and the
-    driver's output never starve (two actors x 1 CPU on a 2-CPU node deadlock reads and writes).
+    CPU: one actor per node that has CPUs (Ray Data spreads an actor pool over the nodes), each
+    running as many threads as its own node has CPUs (threads 0: decided on the node, where the
+    nodes differ in size), or --workers-per-device actors in all, each with its share of the
+    cluster's CPUs. Fractional CPU asks, so that the readers and the driver's output never starve
+    (two actors x 1 CPU on a 2-CPU node deadlock reads and writes).
     """
     readers = max(1, min(8, int(cpus // 4)))
     if _wants_gpu(devices, gpus):
-        actors = gpus * (per or 1)
+        per = per or 1
+        actors = gpus * per
         num_cpus = min(1.0, max(0.25, (cpus - READ_CPUS) / actors))
-        return Plan(actors, round(num_cpus, 2), 1.0 / (per or 1), "cuda:0", max(1, min(4, int(cpus // actors))),
-                    readers)
-    nodes = [c for c in (node_cpus or []) if c >= 1] or [cpus]
-    actors = per or len(nodes)
+        return Plan(actors, round(num_cpus, 2), 1.0 / per, "cuda:0", max(1, min(4, int(cpus // actors))), readers)
+    actors = per or (len([c for c in node_cpus or [] if c >= 1]) or 1)
     num_cpus = min(1.0, max(0.1, (cpus - READ_CPUS) / actors))
-    threads = max(1, min(int(min(nodes)), int(cpus // actors)))
-    return Plan(actors, round(num_cpus, 2), 0.0, "cpu", threads, readers)
+    return Plan(actors, round(num_cpus, 2), 0.0, "cpu", max(1, int(cpus // per)) if per else 0, readers)
 
 
 def placeable(plan: Plan, nodes: list[dict]) -> bool:
