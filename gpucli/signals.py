@@ -50,11 +50,11 @@ class DriverStops:
     thread happens to be (Ray's driver, which spends its time inside Ray's iterator).
 
     Some steps must not be cut in two: a part written and marked done in the ledger but never
-    counted left a summary of 0 succeeded beside 4 rows. Inside `held()` the first stop only
-    notes itself (a line on stderr) and is raised as the KeyboardInterrupt when the step ends;
-    a second stop is raised at once, as the local engine's second Ctrl-C stops at once. One
-    handler stays installed for the whole run (`installed()`), so no stop can fall between two
-    handler swaps; `signum` is the first stop's signal, for the exit code."""
+    counted left a summary of 0 succeeded beside 4 rows. Inside `held()` the run's first stop
+    only notes itself (a line on stderr) and is raised as the KeyboardInterrupt when the step
+    ends; the run's second stop is raised at once, as the local engine's second Ctrl-C stops at
+    once. The handler stays installed across the run's steps (`installed()`), so no stop falls
+    between two handler swaps; `signum` is the first stop's signal, for the exit code."""
 
     def __init__(self) -> None:
         self.signum = 0
@@ -93,13 +93,23 @@ class DriverStops:
             raise KeyboardInterrupt
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        first = not self.signum
         self.signum = self.signum or signum
-        if self._holding and not self._held:
+        if first and self._holding:
             self._held = True
-            os.write(2, f"gpucli: {signal.Signals(signum).name}: finishing the part being written, then stopping; "
-                        "press Ctrl-C again to stop at once\n".encode())
+            _say(f"gpucli: {signal.Signals(signum).name}: stopping once the step under way is done (the part "
+                 "being written); press Ctrl-C again to stop at once")
             return
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt  # outside a step, or the run's second stop
+
+
+def _say(line: str) -> None:
+    """A line on stderr from a signal handler: no lock that the interrupted code may hold, and
+    a closed or broken stderr (`2>&1 | tee`, whose tee the same Ctrl-C ended) is no error."""
+    try:
+        os.write(2, (line + "\n").encode())
+    except OSError:
+        pass
 
 
 def _restore(previous: dict[int, Any]) -> None:

@@ -82,29 +82,35 @@ def test_plan_gpus_per_actor_and_fractional_cpus():
 
 
 def test_a_cpu_cluster_gets_an_actor_per_node_with_that_nodes_cores_as_threads():
-    """A CPU cluster (a head with CPUs, two workers of 32): one predictor per node by default,
-    each running its own node's CPUs as threads (0: decided on the node); --workers-per-device N
-    is N actors in all, each with its share of the cluster's CPUs."""
+    """A CPU cluster (a head with 4 CPUs, two workers of 32): one predictor per node by default,
+    each told the threads of every node, to run its own node's; --workers-per-device N is N
+    actors in all, each with its share of the cluster's CPUs."""
     from gpucli.engines.ray import plan_for
 
-    nodes = [4.0, 32.0, 32.0]
+    nodes = {"head": 4.0, "w1": 32.0, "w2": 32.0}
     default = plan_for("auto", 0, cpus=68, gpus=0, node_cpus=nodes)
-    assert (default.actors, default.threads, default.num_cpus, default.device) == (3, 0, 1.0, "cpu")
-    assert (plan_for("auto", 0, cpus=64, gpus=0, node_cpus=[0.0, 32.0, 32.0]).actors) == 2  # a head without CPUs
+    assert (default.actors, default.num_cpus, default.device) == (3, 1.0, "cpu")
+    assert default.actor_threads() == {"head": 4, "w1": 32, "w2": 32}
+    assert plan_for("auto", 0, cpus=64, gpus=0, node_cpus={"head": 0.0, "w1": 32.0, "w2": 32.0}).actors == 2
+    assert plan_for("auto", 0, cpus=1, gpus=0, node_cpus={"a": 0.5, "b": 0.5}).actor_threads() == {"a": 1, "b": 1}
     explicit = plan_for("cpu", 4, cpus=68, gpus=0, node_cpus=nodes)
-    assert (explicit.actors, explicit.threads) == (4, 17)
-    one = plan_for("auto", 0, cpus=2, gpus=0, node_cpus=[2.0])  # a private Ray on this machine
-    assert (one.actors, one.threads, one.num_cpus) == (1, 0, 1.0)
+    assert (explicit.actors, explicit.actor_threads()) == (4, 17)
+    one = plan_for("auto", 0, cpus=2, gpus=0, node_cpus={"here": 2.0})  # a private Ray on this machine
+    assert (one.actors, one.num_cpus, one.actor_threads()) == (1, 1.0, {"here": 2})
     assert plan_for("auto", 0, cpus=68, gpus=4, node_cpus=nodes).actors == 4  # GPUs: one per GPU
 
 
-def test_an_actor_of_the_default_cpu_plan_runs_its_nodes_cpus_as_threads(ray_session):
-    """The private Ray here has one node of 2 CPUs: threads 0 means 2 (never more than the
-    machine's cores)."""
-    from gpucli.engines.ray.actors import actor_threads
+def test_an_actor_of_the_default_cpu_plan_runs_its_own_nodes_cpus_as_threads(ray_session):
+    """On a node of the plan's map an actor takes that node's threads (never more than the
+    machine's cores); on a node the map does not know, the machine's cores."""
+    import ray
 
-    assert actor_threads(0) == 2
-    assert actor_threads(1) == 1 and actor_threads(64) == 2
+    from gpucli.engines.ray.actors import actor_threads, cores
+
+    here = ray.get_runtime_context().get_node_id()
+    assert actor_threads({here: 1, "elsewhere": 64}) == 1
+    assert actor_threads({here: 64}) == actor_threads({"elsewhere": 1}) == cores()
+    assert actor_threads(3) == min(3, cores())
 
 
 @pytest.mark.slow

@@ -179,43 +179,64 @@ def test_a_large_file_that_kills_its_reader_twice_becomes_a_failure_record(tree,
 
 def test_a_first_stop_inside_a_held_step_waits_for_its_end_and_a_second_stops_at_once(capfd):
     """Ray's driver stops by a KeyboardInterrupt: it takes what came back and writes parts in
-    held steps, so a Ctrl-C never falls between a part written and a part counted, and a
-    second Ctrl-C still gets the user out of a slow step."""
+    held steps, so a Ctrl-C never falls between a part written and a part counted, and the
+    run's second Ctrl-C still gets the user out at once, wherever it lands."""
     from gpucli.signals import DriverStops
+
+    def stop(sig=signal.SIGINT):
+        os.kill(os.getpid(), sig)
+        time.sleep(0.05)  # the handler has run by now
 
     stops, steps = DriverStops(), []
     with stops.installed():
         with pytest.raises(KeyboardInterrupt):
             with stops.held():
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(0.05)  # the handler has run by now: it only noted the stop
+                stop(signal.SIGTERM)  # only noted
                 steps.append("the step went on")
-        assert steps == ["the step went on"] and stops.signum == signal.SIGTERM  # the first stop's signal
-        assert "finishing the part being written" in capfd.readouterr().err
-
-        with pytest.raises(KeyboardInterrupt):  # a second stop inside a step: at once
-            with stops.held():
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.05)
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.05)
+        assert steps == ["the step went on"] and stops.signum == signal.SIGTERM
+        assert "stopping once the step under way is done" in capfd.readouterr().err
+        with pytest.raises(KeyboardInterrupt):  # the run's second stop, in a step: at once
+            with stops.held(deliver=False):
+                stop()
                 steps.append("not reached")
-        assert "not reached" not in steps
+        assert "not reached" not in steps and stops.signum == signal.SIGTERM  # the first stop's signal
 
-        with stops.held(deliver=False):  # the run's last writes: the stop is noted, not raised
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)
-        with pytest.raises(ValueError):  # an error inside goes on as it was, and the stop is not kept for later
+    stops = DriverStops()
+    with stops.installed():
+        with stops.held(deliver=False):  # the run's last writes: a first stop is noted, not raised
+            stop()
+        assert stops.signum == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):  # outside a step a stop is raised where it lands
+            stop()
+
+    stops = DriverStops()
+    with stops.installed():
+        with pytest.raises(ValueError):  # an error inside goes on as it was
+            with stops.held():
+                stop()
+                raise ValueError("inside")
+        with stops.held():  # ... and the stop is not kept for a later step
+            pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
+
+
+def test_the_stop_line_on_a_broken_stderr_does_not_cut_the_step(monkeypatch):
+    """`2>&1 | tee log`: the same Ctrl-C ends tee, and the line about the stop meets a broken
+    pipe; the step still ends whole, then the stop is raised."""
+    from gpucli import signals
+
+    def broken(fd, data):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(signals.os, "write", broken)
+    stops, steps = signals.DriverStops(), []
+    with stops.installed():
+        with pytest.raises(KeyboardInterrupt):
             with stops.held():
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.05)
-                raise ValueError("inside")
-        with stops.held():
-            pass
-        with pytest.raises(KeyboardInterrupt):  # outside a step a stop is raised where it lands
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
+                steps.append("whole")
+    assert steps == ["whole"]
 
 
 def test_the_handlers_come_back_also_when_a_stop_lands_between_two_of_them(monkeypatch):

@@ -97,7 +97,7 @@ def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: i
     import ray.data
 
     chunk = 1 if alone else chunk_files
-    read_args, predict_args = (spec, max_bytes), (spec, plan.device, plan.threads, caps, batch_timeout_s, run_id)
+    read_args, predict_args = (spec, max_bytes), (spec, plan.device, plan.actor_threads(), caps, batch_timeout_s, run_id)
     predict = dict(num_cpus=plan.num_cpus, num_gpus=plan.num_gpus)
     if alone:
         stages = [dict(fn=read_alone, fn_args=read_args, batch_size=None, num_cpus=READ_CPUS, **retries("max_retries")),
@@ -149,8 +149,8 @@ class Predictor:
     The constructor tells the driver it is done (`readiness.mark_loaded`): --setup-timeout-s
     times the load, not the first window."""
 
-    def __init__(self, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0,
-                 run_id: str = "") -> None:
+    def __init__(self, spec: TaskSpec, device: str, threads: int | dict[str, int], caps: BatchCaps,
+                 batch_timeout_s: float = 0.0, run_id: str = "") -> None:
         threads = actor_threads(threads)
         limit_threads(threads)
         keep_freed_memory()
@@ -220,20 +220,22 @@ def read_alone(table, spec: TaskSpec, max_bytes: int):
     return Reader(spec, max_bytes)(table)
 
 
-def actor_threads(planned: int) -> int:
-    """The threads of a predictor on this node: the plan's, or with 0 (the default CPU plan:
-    one actor per node) the CPUs Ray gives this node; never more than the machine's cores."""
-    if not planned:
-        import ray
+def actor_threads(planned: int | dict[str, int]) -> int:
+    """The threads of a predictor: the plan's count, or (the default CPU plan, an actor per node)
+    its own node's CPUs from the plan's map; never more than the machine's cores. No call to
+    Ray's control server: the node id is this worker's own."""
+    if isinstance(planned, dict):
+        try:
+            import ray
 
-        me = ray.get_runtime_context().get_node_id()
-        mine = [n for n in ray.nodes() if n.get("NodeID") == me]
-        planned = int(mine[0].get("Resources", {}).get("CPU", 0)) if mine else 0
+            planned = planned.get(ray.get_runtime_context().get_node_id(), 0)
+        except Exception:  # noqa: BLE001 - outside Ray (a test): the machine's cores
+            planned = 0
     return max(1, min(planned or cores(), cores()))
 
 
-def predict_alone(table, spec: TaskSpec, device: str, threads: int, caps: BatchCaps, batch_timeout_s: float = 0.0,
-                  run_id: str = ""):
+def predict_alone(table, spec: TaskSpec, device: str, threads: int | dict[str, int], caps: BatchCaps,
+                  batch_timeout_s: float = 0.0, run_id: str = ""):
     return Predictor(spec, device, threads, caps, batch_timeout_s, run_id)(table)
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpucli.config import RunConfig
 from gpucli.errors import UsageError
@@ -22,8 +22,14 @@ class Plan:
     num_cpus: float
     num_gpus: float
     device: str  # "cuda:0" (Ray sets CUDA_VISIBLE_DEVICES to the actor's GPU) or "cpu"
-    threads: int  # torch threads per actor; 0: as many as its node has CPUs (actors.actor_threads)
+    threads: int  # torch threads per actor; 0: as many as its node has CPUs (`node_threads`)
     readers: int  # most reader actors
+    node_threads: dict[str, int] = field(default_factory=dict)  # threads by node id, for threads 0
+
+    def actor_threads(self) -> int | dict[str, int]:
+        """What a predictor is told: its thread count, or threads by node id (each actor looks
+        up its own node: the plan is made in the driver, which cannot know where Ray puts it)."""
+        return self.threads or self.node_threads
 
 
 def make_plan(config: RunConfig) -> Plan:
@@ -31,14 +37,14 @@ def make_plan(config: RunConfig) -> Plan:
     import ray
 
     resources = ray.cluster_resources()
-    node_cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    node_cpus = {n["NodeID"]: float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")}
     return plan_for(config.devices, config.workers_per_device or 0, float(resources.get("CPU", 1)),
                     int(resources.get("GPU", 0)), node_cpus)
 
 
-def plan_for(devices: str, per: int, cpus: float, gpus: int, node_cpus: list[float] | None = None) -> Plan:
+def plan_for(devices: str, per: int, cpus: float, gpus: int, node_cpus: dict[str, float] | None = None) -> Plan:
     """Predictor actors from --devices and --workers-per-device (`per`, 0 when not given), and
-    the cluster's CPUs and GPUs (`node_cpus`: each live node's).
+    the cluster's CPUs and GPUs (`node_cpus`: each live node's, by node id).
 
     GPUs: one actor per GPU times --workers-per-device (each takes 1/that of a GPU).
     CPU: one actor per node that has CPUs (Ray Data spreads an actor pool over the nodes), each
@@ -53,9 +59,10 @@ def plan_for(devices: str, per: int, cpus: float, gpus: int, node_cpus: list[flo
         actors = gpus * per
         num_cpus = min(1.0, max(0.25, (cpus - READ_CPUS) / actors))
         return Plan(actors, round(num_cpus, 2), 1.0 / per, "cuda:0", max(1, min(4, int(cpus // actors))), readers)
-    actors = per or (len([c for c in node_cpus or [] if c >= 1]) or 1)
+    actors = per or (len([c for c in (node_cpus or {}).values() if c >= 1]) or 1)
     num_cpus = min(1.0, max(0.1, (cpus - READ_CPUS) / actors))
-    return Plan(actors, round(num_cpus, 2), 0.0, "cpu", max(1, int(cpus // per)) if per else 0, readers)
+    return Plan(actors, round(num_cpus, 2), 0.0, "cpu", max(1, int(cpus // per)) if per else 0, readers,
+                {node: max(1, int(c)) for node, c in (node_cpus or {}).items() if c > 0})
 
 
 def placeable(plan: Plan, nodes: list[dict]) -> bool:
