@@ -314,6 +314,36 @@ def test_a_stop_right_after_a_walk_failure_is_written_still_counts_it(tree, tmp_
     assert (summary.exit_code, summary.interrupted) == (143, True)
     assert summary.failed == len(Path(summary.failures_file).read_text().splitlines()) == 1
 
+
+def test_sigterm_while_ray_starts_exits_143_with_every_input_unfinished(tree, tmp_path):
+    """ray.init installs its own SIGTERM handler first thing (`sys.exit(15)`): a systemd stop
+    while Ray starts exited 15 with no summary. It is a stop like any other: exit 143, every
+    input unfinished, and the stop handlers given back."""
+    pytest.importorskip("ray")
+    import os
+    import signal
+    import sys
+    import time
+
+    from gpucli.engines.ray import RayJob
+
+    def ray_starting():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init does first
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        pytest.fail("Ray's handler did not run")
+
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(tmp_path / "out.parquet"), progress="off",
+                       devices="cpu", engine="ray")
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        summary = RayJob(config).run(ray_starting)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert (summary.exit_code, summary.interrupted) == (143, True)
+    assert (summary.inputs, summary.unfinished, summary.succeeded) == (2, 2, 0)
+
 @pytest.mark.slow
 def test_setup_failure_stops_the_run_with_the_actors_message(ray_session, tree, tmp_path):
     root = tree({"a.txt": "one\n", "b.txt": "two\n"})

@@ -51,7 +51,12 @@ def connect(address: str = "") -> Callable[[], None]:
     # short, and named after this process: Ray's socket paths must fit 107 bytes, and the next
     # run's sweep must tell a live run's directory from a dead one's
     temp_dir = tempfile.mkdtemp(prefix=leftovers.ray_temp_prefix())
-    start_local(temp_dir)
+    try:
+        start_local(temp_dir)
+    except BaseException:  # a stop while Ray starts: nothing of this Ray is left behind
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
     restore = errors_to_stderr()
 
     def close() -> None:

@@ -83,6 +83,10 @@ class RayJob:
             if self.watch is not None and self.watch.reason:
                 raise self.watch.error() from None
             self.stops.signum = self.stops.signum or signal.SIGINT
+        except SystemExit as exc:  # SIGTERM while Ray starts: ray.init's own handler is sys.exit(15)
+            if exc.code != signal.SIGTERM:
+                raise
+            self.stops.signum = self.stops.signum or signal.SIGTERM
         except ray.exceptions.RayError as exc:
             raise RunFailedError(f"Ray stopped the run: {first_line(exc)}. Results written so far are kept.") from None
         finally:
@@ -94,7 +98,8 @@ class RayJob:
                     finally:
                         self.job.close(written)
             finally:
-                leave()
+                with self.stops.installed(), self.stops.held(deliver=False):  # not Ray's sys.exit(15) meanwhile
+                    leave()
         return self._finish()
 
     def _run_on(self, plan: Plan) -> None:
