@@ -161,8 +161,8 @@ def test_a_worker_node_lost_mid_run_leaves_the_run_to_the_other_node_every_input
     cluster.start_worker("w2")
     spread = tmp_path / "spread.jsonl"  # first, the default plan on a CPU cluster: a predictor per node
     quick = dict(SLOW, workers_per_device=0)
-    options = {"batch_log": str(spread), "sleep_ms": 150}
-    done = cluster.run(fake_run(*slow_files(tmp_path / "quick", 40), options, **quick))
+    options = {"batch_log": str(spread), "sleep_ms": 200}  # ~6 s of batches for one actor: both get some
+    done = cluster.run(fake_run(*slow_files(tmp_path / "quick", 60), options, **quick))
     assert done.returncode == 0, done.stderr[-3000:]
     assert {json.loads(line)["node"] for line in spread.read_text().splitlines()} == {"w1", "w2"}
 
