@@ -32,6 +32,7 @@ import numpy as np
 from gpucli import __version__, tables
 from gpucli.batching import WINDOW_BATCHES, BatchCaps
 from gpucli.config import RunConfig
+from gpucli.devices import all_cpu
 from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UsageError
 from gpucli.output import Output
 from gpucli.progress import Counts, Progress, make_progress
@@ -151,7 +152,7 @@ def batch_caps(config: RunConfig, task_cls: type[Task], devices: list[str] | Non
     """The run's caps: flags where given, else the task's defaults (its CPU batch size when
     every worker is on the CPU)."""
     size, cost = task_cls.default_batch_size, task_cls.default_max_cost
-    if devices and all(d == "cpu" for d in devices):
+    if all_cpu(devices or []):
         size, cost = task_cls.cpu_batch_size or size, task_cls.cpu_max_cost or cost
     max_cost = cost if config.max_batch_cost < 0 else config.max_batch_cost
     return BatchCaps(config.batch_size or size, max_cost, config.max_wait_ms / 1000)

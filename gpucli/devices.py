@@ -12,6 +12,11 @@ from pathlib import Path
 from gpucli.errors import UsageError
 
 
+def all_cpu(devices: list[str]) -> bool:
+    """Whether a run's workers all run on the CPU (an empty list: not known yet, so no)."""
+    return bool(devices) and all(d == "cpu" for d in devices)
+
+
 def visible_gpu_count() -> int:
     """How many CUDA devices this process may use, without creating a CUDA context in the
     parent. On a machine without the NVIDIA driver this answers without importing torch

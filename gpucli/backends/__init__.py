@@ -73,8 +73,9 @@ def resolve_backend(choice: str, devices: list[str], quantize: str = "", onnx_on
     if quantize and choice == "torch":
         raise UsageError("--quantize int8 runs on ONNX Runtime: use --backend onnx (or auto), or drop --quantize")
     if choice == "auto":
-        cpu_only = bool(devices) and all(d == "cpu" for d in devices)
-        choice = "onnx" if quantize or (cpu_only and onnx_on_cpu and onnx_available()) else "torch"
+        from gpucli.devices import all_cpu
+
+        choice = "onnx" if quantize or (all_cpu(devices) and onnx_on_cpu and onnx_available()) else "torch"
     if choice == "onnx" and not onnx_available():
         raise UsageError(f"--backend onnx needs ONNX Runtime: {INSTALL}")
     return choice

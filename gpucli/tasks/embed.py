@@ -151,8 +151,9 @@ class EmbedTask(Task):
         two reader processes (workers ready 4.88 / 5.35 s; 415 / 408 texts/s after), 480 texts of
         ~230 tokens 20.97 against 21.36 s. On more cores the model's rate nears what one parent
         reads (int8 on 16 cores: ~7,000 texts/s), so reader processes stay there."""
-        on_cpu = bool(devices) and all(d == "cpu" for d in devices)
-        if on_cpu and cores <= CPU_READS_IN_THREADS and self.layer_weights >= REAL_MODEL_WEIGHTS:
+        from gpucli.devices import all_cpu
+
+        if all_cpu(devices) and cores <= CPU_READS_IN_THREADS and self.layer_weights >= REAL_MODEL_WEIGHTS:
             return 0
         return 1 if cores < 2 else max(2, min(4, cores // 4))
 

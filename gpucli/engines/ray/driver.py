@@ -89,16 +89,15 @@ class RayJob:
             self.stops.signum = self.stops.signum or signal.SIGTERM
         except ray.exceptions.RayError as exc:
             raise RunFailedError(f"Ray stopped the run: {first_line(exc)}. Results written so far are kept.") from None
-        finally:
-            try:
-                with self.stops.installed(), self.stops.held(deliver=False):  # a second stop: at once
+        finally:  # a first stop here waits (and sets the exit code); a second stops at once
+            with self.stops.installed(), self.stops.held(deliver=False):  # not Ray's sys.exit(15) either
+                try:
                     try:
                         self._flush(force=True)
                         written = True
                     finally:
                         self.job.close(written)
-            finally:
-                with self.stops.installed(), self.stops.held(deliver=False):  # not Ray's sys.exit(15) meanwhile
+                finally:
                     leave()
         return self._finish()
 
@@ -226,7 +225,6 @@ class RayJob:
         summary.unfinished += len(self.sent)
         summary.inputs += len(self.sent)
         return summary
-
 
     def _phase(self, text: str) -> None:
         self.job.counts.phase = text
