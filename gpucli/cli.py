@@ -253,7 +253,10 @@ def _exit_codes() -> Iterator[None]:
             raise
         _error(str(exc))
         raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if getattr(exc, "signum", signal.SIGINT) == signal.SIGTERM:  # gpucli.signals.Interrupted
+            _error("terminated (SIGTERM)")
+            raise typer.Exit(EXIT_SIGTERM) from None
         _error("interrupted (Ctrl-C)")
         raise typer.Exit(EXIT_SIGINT) from None
     except Terminated:

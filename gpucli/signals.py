@@ -28,6 +28,16 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+class Interrupted(KeyboardInterrupt):
+    """A stop raised where the main thread happens to be (Ray's driver), with the signal that
+    asked for it: a KeyboardInterrupt to every `except` on the way, and exit 143 rather than
+    130 at the CLI when that signal was SIGTERM (a second SIGTERM to a stopping run)."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__()
+        self.signum = signum
+
+
 @contextlib.contextmanager
 def held_from_children() -> Iterator[None]:
     """Blocks the stop signals in this thread while it starts a process, which inherits the
@@ -54,12 +64,17 @@ class DriverStops:
     only notes itself (a line on stderr) and is raised as the KeyboardInterrupt when the step
     ends; the run's second stop is raised at once, as the local engine's second Ctrl-C stops at
     once. The handler stays installed across the run's steps (`installed()`), so no stop falls
-    between two handler swaps; `signum` is the first stop's signal, for the exit code."""
+    between two handler swaps; `signum` is the first stop's signal, for the exit code.
+
+    `wake()` is the run's own stop from another thread (Ray's NodeWatch, when the run cannot
+    go on): the same interrupt of the main thread, held alike, but no user's stop: it sets no
+    exit code and prints nothing, and a Ctrl-C after it is still the run's first stop."""
 
     def __init__(self) -> None:
         self.signum = 0
         self._holding = 0  # nested held() sections
         self._held = False  # a stop came inside one and waits for its end
+        self._woken = False  # the next SIGINT is wake()'s, not a user's
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -90,9 +105,21 @@ class DriverStops:
             if not self._holding:
                 waited, self._held = self._held, False
         if waited and deliver:
-            raise KeyboardInterrupt
+            raise Interrupted(self.signum or signal.SIGINT)
+
+    def wake(self) -> None:
+        """Interrupts the main thread from another one. A real signal: `_thread.interrupt_main`
+        only sets a flag, which a main thread blocked on Ray Data's result queue never reads."""
+        self._woken = True
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and self._woken:
+            self._woken = False
+            if self._holding:
+                self._held = True
+                return
+            raise Interrupted(self.signum or signal.SIGINT)
         first = not self.signum
         self.signum = self.signum or signum
         if first and self._holding:
@@ -100,7 +127,7 @@ class DriverStops:
             _say(f"gpucli: {signal.Signals(signum).name}: stopping once the step under way is done (the part "
                  "being written); press Ctrl-C again to stop at once")
             return
-        raise KeyboardInterrupt  # outside a step, or the run's second stop
+        raise Interrupted(signum)  # outside a step, or the run's second stop (its own exit code)
 
 
 def _say(line: str) -> None:

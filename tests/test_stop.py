@@ -195,11 +195,12 @@ def test_a_first_stop_inside_a_held_step_waits_for_its_end_and_a_second_stops_at
                 steps.append("the step went on")
         assert steps == ["the step went on"] and stops.signum == signal.SIGTERM
         assert "stopping once the step under way is done" in capfd.readouterr().err
-        with pytest.raises(KeyboardInterrupt):  # the run's second stop, in a step: at once
+        with pytest.raises(KeyboardInterrupt) as second:  # the run's second stop, in a step: at once
             with stops.held(deliver=False):
                 stop()
                 steps.append("not reached")
         assert "not reached" not in steps and stops.signum == signal.SIGTERM  # the first stop's signal
+        assert second.value.signum == signal.SIGINT  # ...and the second's own, for its exit code
 
     stops = DriverStops()
     with stops.installed():
@@ -260,3 +261,58 @@ def test_the_handlers_come_back_also_when_a_stop_lands_between_two_of_them(monke
         signals._restore(before)
     monkeypatch.undo()
     assert {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS} == before
+
+
+def test_a_second_sigterm_that_ends_a_stopping_run_at_once_exits_143_not_130():
+    """systemd or a supervisor sends SIGTERM again while the run finishes its last part: the
+    stop raised at once carries SIGTERM, and the CLI exits 143 as for any SIGTERM (a second
+    Ctrl-C: 130)."""
+    import typer
+
+    from gpucli.cli import _exit_codes
+    from gpucli.signals import DriverStops
+
+    stops = DriverStops()
+    with stops.installed():
+        with stops.held(deliver=False):
+            os.kill(os.getpid(), signal.SIGTERM)  # the first: noted
+            time.sleep(0.05)
+        with pytest.raises(KeyboardInterrupt) as second:
+            with stops.held(deliver=False):
+                os.kill(os.getpid(), signal.SIGTERM)  # the second: at once
+                time.sleep(0.05)
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        with pytest.raises(typer.Exit) as ended:
+            with _exit_codes():
+                raise type(second.value)(sig)
+        assert ended.value.exit_code == code
+    assert second.value.signum == signal.SIGTERM
+
+
+def test_the_runs_own_wake_is_held_like_a_stop_but_is_no_users_stop(capfd):
+    """Ray's NodeWatch stops the driver (no node can run the model, or none loaded it) by
+    interrupting the main thread: inside a step it waits for the step's end like a stop, but
+    it prints no "press Ctrl-C again" line and sets no exit code, and the user's Ctrl-C after
+    it is still a first stop."""
+    from gpucli.signals import DriverStops
+
+    stops, steps = DriverStops(), []
+    with stops.installed():
+        with pytest.raises(KeyboardInterrupt):
+            with stops.held():
+                stops.wake()
+                time.sleep(0.05)
+                steps.append("the step went on")
+        assert steps == ["the step went on"] and stops.signum == 0
+        assert "stopping once" not in capfd.readouterr().err
+        with pytest.raises(KeyboardInterrupt):  # outside a step: at once
+            stops.wake()
+            time.sleep(0.05)
+        assert stops.signum == 0
+        with pytest.raises(KeyboardInterrupt):
+            with stops.held():
+                os.kill(os.getpid(), signal.SIGINT)  # the user's first stop: noted, with its line
+                time.sleep(0.05)
+                steps.append("held again")
+        assert steps[-1] == "held again" and stops.signum == signal.SIGINT
+        assert "stopping once the step under way is done" in capfd.readouterr().err

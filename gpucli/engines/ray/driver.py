@@ -105,7 +105,7 @@ class RayJob:
         self.job.use_devices([plan.device])  # CPU caps on CPU actors
         self._phase(f"loading the model in {plan.actors} Ray actor(s) "
                     f"({plan.num_gpus:g} GPU, {plan.num_cpus:g} CPU each)")
-        with NodeWatch(plan, self.config.setup_timeout_s, self.run_id) as self.watch:
+        with NodeWatch(plan, self.config.setup_timeout_s, self.run_id, self.stops.wake) as self.watch:
             self._consume(self._dataset(plan, alone=False))
             if self.sent:
                 self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor or node; running them again")
@@ -246,8 +246,10 @@ class NodeWatch:
       local engine's setup timeout (a WorkerSetupError). A first window slower than the
       timeout is no setup failure: the load is timed, not the first results."""
 
-    def __init__(self, plan: Plan, setup_timeout_s: float, run_id: str = "") -> None:
+    def __init__(self, plan: Plan, setup_timeout_s: float, run_id: str = "",
+                 wake: Callable[[], None] | None = None) -> None:
         self.plan = plan
+        self._wake = wake or (lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
         self.setup_timeout_s = setup_timeout_s
         self.run_id = run_id
         self.reason = ""
@@ -301,6 +303,4 @@ class NodeWatch:
             if self._stop.is_set():
                 return
             self.reason = reason
-            # a real signal: `_thread.interrupt_main` only sets a flag, which a main thread
-            # blocked on Ray Data's result queue never looks at (the run hung so)
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            self._wake()  # DriverStops.wake: a SIGINT to the main thread that is no user's stop
