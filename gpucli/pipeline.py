@@ -35,7 +35,7 @@ from gpucli.core import (  # noqa: F401 - re-exported: the names other modules a
     output_settings,
     task_and_spec,
 )
-from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM
+from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM, GpucliError
 from gpucli.pool import PoolEvents, WorkerPool
 from gpucli.progress import Progress
 from gpucli.reader import read_chunks
@@ -176,9 +176,14 @@ class Pipeline:
                 await self.writer.close()
             written = True
         finally:
+            refused = None
             if self.pruning is not None:
-                await asyncio.gather(self.pruning, return_exceptions=True)  # its error went up with the reader
+                refused, = await asyncio.gather(self.pruning, return_exceptions=True)
             await asyncio.to_thread(self.job.close, written)
+        if isinstance(refused, GpucliError) and self.signal_received:
+            # a stop cancelled the reader the refusal would have gone up with: it goes up here,
+            # as on Ray (the prune's refusal is the run's error, exit 3, nothing removed)
+            raise refused
 
     # --- reader -----------------------------------------------------------------------------
     async def _read(self, devices: list[str]) -> None:

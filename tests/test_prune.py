@@ -231,3 +231,36 @@ def test_a_stop_while_prune_runs_lets_it_finish_before_the_output_closes(tree, t
     assert events == ["prune end", "close"]
     assert (summary.exit_code, summary.pruned) == (130, 1)
     assert rows_by_path(out) == ["a.txt", "b.txt"]
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_a_stop_while_prune_refuses_still_says_why_and_removes_nothing(tree, tmp_path, monkeypatch, engine):
+    """Ctrl-C lands while --prune decides, and the prune refuses (none of the output's inputs is
+    under the paths given: a moved root). The refusal is still the run's error, said in one line
+    (exit 3), not an exit 130 that hides it; nothing is removed."""
+    import signal
+    import time
+
+    from gpucli.config import RunConfig
+    from gpucli.engines import run_engine
+    from gpucli.errors import RunFailedError
+
+    if engine == "ray":
+        pytest.importorskip("ray.data")
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
+    out = tmp_path / "out.parquet"
+    config = dict(task="tests.fake_task:FakeTask", paths=(str(root),), out=str(out), progress="off", devices="cpu")
+    assert run_engine(RunConfig(**config)).succeeded == 2
+    for name in ("a", "b"):
+        (root / f"{name}.txt").rename(root / f"{name}2.txt")
+    prune = Output.prune
+
+    def stopped_prune(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+        return prune(self, *args, **kwargs)
+
+    monkeypatch.setattr(Output, "prune", stopped_prune)
+    with pytest.raises(RunFailedError, match="--prune would remove every row"):
+        run_engine(RunConfig(**config, engine=engine, prune=True))
+    assert {"a.txt", "b.txt"} <= set(rows_by_path(out))  # nothing removed
