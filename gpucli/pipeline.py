@@ -35,7 +35,7 @@ from gpucli.core import (  # noqa: F401 - re-exported: the names other modules a
     output_settings,
     task_and_spec,
 )
-from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM, GpucliError
+from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM
 from gpucli.pool import PoolEvents, WorkerPool
 from gpucli.progress import Progress
 from gpucli.reader import read_chunks
@@ -106,6 +106,7 @@ class Pipeline:
         self.has_work = asyncio.Event()
         ticker = asyncio.ensure_future(self._tick())
         self.reader = asyncio.ensure_future(self._read(devices))  # reads while the workers load their models
+        pruning_error = None
         try:
             if job.output.all_new():  # a first run: the models load while the tree is walked and read
                 self.pool.spawn()
@@ -117,7 +118,9 @@ class Pipeline:
             ticker.cancel()
             self.reader.cancel()
             await asyncio.gather(self.reader, return_exceptions=True)
-            await self._shutdown()
+            pruning_error = await self._shutdown()
+        if pruning_error is not None:  # only when nothing else went up: the first error is the run's
+            raise pruning_error
 
     async def _any_work(self) -> bool:
         """Wait for the first block (or the end of input): a cron rerun over an unchanged
@@ -165,8 +168,10 @@ class Pipeline:
             stages = {s for s in stages if not s.done()} or {dispatcher}
         await dispatcher
 
-    async def _shutdown(self) -> None:
-        """Stop the workers (by the deadline when a signal asked), write what is complete, close."""
+    async def _shutdown(self) -> BaseException | None:
+        """Stop the workers (by the deadline when a signal asked), write what is complete, close.
+        Returns the prune's error when a stop cancelled the reader it would have gone up with
+        (a refusal: exit 3 with its line, as on Ray, rather than an exit 130 that hides it)."""
         deadline = min(self.deadline - WRITE_MARGIN_S, time.monotonic() + STOP_DEADLINE_S)
         written = False
         try:
@@ -176,14 +181,11 @@ class Pipeline:
                 await self.writer.close()
             written = True
         finally:
-            refused = None
+            pruned = None
             if self.pruning is not None:
-                refused, = await asyncio.gather(self.pruning, return_exceptions=True)
+                pruned, = await asyncio.gather(self.pruning, return_exceptions=True)
             await asyncio.to_thread(self.job.close, written)
-        if isinstance(refused, GpucliError) and self.signal_received:
-            # a stop cancelled the reader the refusal would have gone up with: it goes up here,
-            # as on Ray (the prune's refusal is the run's error, exit 3, nothing removed)
-            raise refused
+        return pruned if isinstance(pruned, Exception) and self.signal_received else None
 
     # --- reader -----------------------------------------------------------------------------
     async def _read(self, devices: list[str]) -> None:

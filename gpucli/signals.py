@@ -34,7 +34,7 @@ class Interrupted(KeyboardInterrupt):
     130 at the CLI when that signal was SIGTERM (a second SIGTERM to a stopping run)."""
 
     def __init__(self, signum: int = signal.SIGINT) -> None:
-        super().__init__()
+        super().__init__(signum)
         self.signum = signum
 
 

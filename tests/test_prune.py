@@ -239,11 +239,11 @@ def test_a_stop_while_prune_refuses_still_says_why_and_removes_nothing(tree, tmp
     under the paths given: a moved root). The refusal is still the run's error, said in one line
     (exit 3), not an exit 130 that hides it; nothing is removed."""
     import signal
+    import threading
     import time
 
     from gpucli.config import RunConfig
     from gpucli.engines import run_engine
-    from gpucli.errors import RunFailedError
 
     if engine == "ray":
         pytest.importorskip("ray.data")
@@ -253,11 +253,24 @@ def test_a_stop_while_prune_refuses_still_says_why_and_removes_nothing(tree, tmp
     assert run_engine(RunConfig(**config)).succeeded == 2
     for name in ("a", "b"):
         (root / f"{name}.txt").rename(root / f"{name}2.txt")
-    prune = Output.prune
+    prune, heard = Output.prune, threading.Event()
+    if engine == "local":  # the refusal must come after the stop reached the run's loop
+        from gpucli.pipeline import Pipeline
+
+        on_signal = Pipeline._on_signal
+
+        def noted(self, sig):
+            on_signal(self, sig)
+            heard.set()
+
+        monkeypatch.setattr(Pipeline, "_on_signal", noted)
 
     def stopped_prune(self, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.5)
+        if engine == "local":
+            assert heard.wait(10)
+        else:
+            time.sleep(0.2)  # Ray's driver: the stop waits for this held step
         return prune(self, *args, **kwargs)
 
     monkeypatch.setattr(Output, "prune", stopped_prune)

@@ -281,6 +281,39 @@ def test_sigterm_during_the_walk_exits_143_prunes_nothing_and_starts_no_ray(tree
 
 
 
+def test_a_sigterm_after_a_first_ctrl_c_stops_at_once_with_exit_143_as_the_local_engine_does(tree, tmp_path,
+                                                                                            monkeypatch):
+    """Ctrl-C, then SIGTERM (a supervisor's) while the first stop waits for the step under way
+    (here --prune's): the second stops at once, with its own exit code, 143, and nothing is
+    pruned."""
+    pytest.importorskip("ray")
+    import os
+    import signal
+    import time
+
+    from gpucli.engines.ray import RayJob
+    from gpucli.output import Output
+
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n", "c.txt": "gamma\n"})
+    out = tmp_path / "out.parquet"
+    assert run_with("local", FAKE, [root], out).succeeded == 3
+    (root / "c.txt").unlink()
+    prune = Output.prune
+
+    def stopped_twice(self, *args, **kwargs):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            os.kill(os.getpid(), sig)
+            time.sleep(0.05)
+        return prune(self, *args, **kwargs)
+
+    monkeypatch.setattr(Output, "prune", stopped_twice)
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(out), progress="off", devices="cpu", engine="ray",
+                       prune=True)
+    summary = RayJob(config).run(lambda: pytest.fail("Ray must not start"))
+    assert (summary.exit_code, summary.pruned, summary.interrupted) == (143, 0, True)
+    assert sorted(path for path, _ in rows_by_key(out)) == ["a.txt", "b.txt", "c.txt"]
+
+
 def test_a_stop_right_after_a_walk_failure_is_written_still_counts_it(tree, tmp_path, monkeypatch):
     """SIGTERM lands just after the walk wrote a failure record to the failures file: the
     summary counts it (failed == the file's lines), and the run exits 143 without Ray."""

@@ -316,3 +316,16 @@ def test_the_runs_own_wake_is_held_like_a_stop_but_is_no_users_stop(capfd):
                 steps.append("held again")
         assert steps[-1] == "held again" and stops.signum == signal.SIGINT
         assert "stopping once the step under way is done" in capfd.readouterr().err
+
+    import threading  # ...and from the watch's own thread, as Ray's NodeWatch calls it
+
+    stops, steps = DriverStops(), []
+    with stops.installed():
+        with pytest.raises(KeyboardInterrupt):
+            with stops.held():
+                waker = threading.Thread(target=stops.wake)
+                waker.start()
+                waker.join()
+                time.sleep(0.05)
+                steps.append("whole")
+    assert steps == ["whole"] and stops.signum == 0 and "stopping once" not in capfd.readouterr().err

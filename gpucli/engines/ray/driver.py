@@ -79,10 +79,11 @@ class RayJob:
                 leave = joined(connector, self.config.ray_address)
                 with self.stops.installed(), data_context():  # after ray.init, which sets its own SIGTERM handler
                     self._run_on(make_plan(self.config))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             if self.watch is not None and self.watch.reason:
                 raise self.watch.error() from None
-            self.stops.signum = self.stops.signum or signal.SIGINT
+            # a second stop's own signal (SIGTERM after a first Ctrl-C: 143), as the local engine's
+            self.stops.signum = getattr(exc, "signum", 0) or self.stops.signum or signal.SIGINT
         except SystemExit as exc:  # SIGTERM while Ray starts: ray.init's own handler is sys.exit(15)
             if exc.code != signal.SIGTERM:
                 raise
