@@ -75,21 +75,28 @@ class DriverStops:
         self._holding = 0  # nested held() sections
         self._held = False  # a stop came inside one and waits for its end
         self._woken = False  # the next SIGINT is wake()'s, not a user's
+        self._installed = 0  # nested installed() sections
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        """The handler for both stop signals; the previous ones come back after (main thread
-        only: elsewhere Python runs no signal handler, and nothing is installed)."""
+        """The handler for both stop signals (main thread only: elsewhere Python runs no signal
+        handler, and nothing is installed). Nested: an inner one puts this handler in again over
+        whatever replaced it meanwhile (ray.init's SIGTERM handler, a sys.exit(15)) and leaves it
+        there; the outermost gives back what was there before the run (the CLI's), so Ray's
+        handler never outlives the run."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
+        outer = not self._installed
         previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+        self._installed += 1
         try:
             for sig in STOP_SIGNALS:
                 signal.signal(sig, self._on_signal)
             yield
         finally:
-            _restore(previous)
+            self._installed -= 1
+            _restore(previous if outer else dict.fromkeys(STOP_SIGNALS, self._on_signal))
 
     @contextlib.contextmanager
     def held(self, deliver: bool = True) -> Iterator[None]:

@@ -314,6 +314,40 @@ def test_a_sigterm_after_a_first_ctrl_c_stops_at_once_with_exit_143_as_the_local
     assert sorted(path for path, _ in rows_by_key(out)) == ["a.txt", "b.txt", "c.txt"]
 
 
+def test_ray_inits_own_sigterm_handler_does_not_outlive_the_run(tree, tmp_path, monkeypatch):
+    """ray.init installs a SIGTERM handler of its own (sys.exit(15)). After the run the handler
+    from before it is back (the CLI's, which exits 143), so a SIGTERM while the summary prints
+    exits 143, not 15."""
+    pytest.importorskip("ray")
+    import signal
+    import sys
+
+    import gpucli.engines.ray.driver as driver
+    from gpucli.engines.ray import RayJob
+
+    def before(signum, frame):
+        pass
+
+    def rays(signum, frame):
+        sys.exit(signum)
+
+    def connector():
+        signal.signal(signal.SIGTERM, rays)  # what ray.init does
+        return lambda: None
+
+    monkeypatch.setattr(driver, "make_plan", lambda config: None)
+    monkeypatch.setattr(RayJob, "_run_on", lambda self, plan: None)  # the actors' part: not this test's
+    previous = signal.signal(signal.SIGTERM, before)
+    try:
+        root = tree({"a.txt": "alpha\n"})
+        config = RunConfig(task=FAKE, paths=(str(root),), out=str(tmp_path / "out.parquet"), progress="off",
+                           devices="cpu", engine="ray")
+        RayJob(config).run(connector)
+        assert signal.getsignal(signal.SIGTERM) is before
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_a_stop_right_after_a_walk_failure_is_written_still_counts_it(tree, tmp_path, monkeypatch):
     """SIGTERM lands just after the walk wrote a failure record to the failures file: the
     summary counts it (failed == the file's lines), and the run exits 143 without Ray."""

@@ -329,3 +329,28 @@ def test_the_runs_own_wake_is_held_like_a_stop_but_is_no_users_stop(capfd):
                 time.sleep(0.05)
                 steps.append("whole")
     assert steps == ["whole"] and stops.signum == 0 and "stopping once" not in capfd.readouterr().err
+
+
+def test_nested_installs_keep_the_run_handler_and_the_outermost_gives_back_the_one_from_before():
+    """An inner installed() puts the run's handler in again over one installed meanwhile (ray.init's)
+    and leaves it in; only the outermost gives back what was there before the run."""
+    from gpucli.signals import STOP_SIGNALS, DriverStops
+
+    def before(signum, frame):
+        pass
+
+    def rays(signum, frame):
+        pass
+
+    saved = {sig: signal.signal(sig, before) for sig in STOP_SIGNALS}
+    try:
+        stops = DriverStops()
+        with stops.installed():
+            signal.signal(signal.SIGTERM, rays)
+            with stops.installed():
+                assert signal.getsignal(signal.SIGTERM) == stops._on_signal
+            assert all(signal.getsignal(sig) == stops._on_signal for sig in STOP_SIGNALS)
+        assert all(signal.getsignal(sig) is before for sig in STOP_SIGNALS)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

@@ -66,6 +66,10 @@ class RayJob:
         self.run_id = new_run_id()  # where this run's predictors say they loaded the model (readiness.py)
 
     def run(self, connector: Callable[[], Callable[[], None]]) -> RunSummary:
+        with self.stops.installed():  # to the summary; then the handlers from before (not ray.init's)
+            return self._run(connector)
+
+    def _run(self, connector: Callable[[], Callable[[], None]]) -> RunSummary:
         import ray.exceptions
 
         self.job.open()  # the model and the output are checked before Ray starts: usage errors come fast
