@@ -252,18 +252,33 @@ def test_a_stop_right_after_the_ledger_marks_a_part_done_still_counts_that_part(
     assert len(rows_by_key(tmp_path / "out.parquet")) == 60
 
 
+def _three_done_one_gone(tree, tmp_path):
+    """An output of a.txt, b.txt and c.txt (local engine), and c.txt gone since: --prune's case."""
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n", "c.txt": "gamma\n"})
+    out = tmp_path / "out.parquet"
+    assert run_with("local", FAKE, [root], out).succeeded == 3
+    (root / "c.txt").unlink()
+    return root, out
+
+
+def _prune_stopped_with_143_and_nothing_pruned(root, out) -> None:
+    from gpucli.engines.ray import RayJob
+
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(out), progress="off", devices="cpu", engine="ray",
+                       prune=True)
+    summary = RayJob(config).run(lambda: pytest.fail("Ray must not start"))
+    assert (summary.exit_code, summary.pruned, summary.interrupted) == (143, 0, True)
+    assert sorted(path for path, _ in rows_by_key(out)) == ["a.txt", "b.txt", "c.txt"]
+
+
 def test_sigterm_during_the_walk_exits_143_prunes_nothing_and_starts_no_ray(tree, tmp_path, monkeypatch):
     pytest.importorskip("ray")
     import os
     import signal
 
     from gpucli.core import Job
-    from gpucli.engines.ray import RayJob
 
-    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n", "c.txt": "gamma\n"})
-    out = tmp_path / "out.parquet"
-    assert run_with("local", FAKE, [root], out).succeeded == 3
-    (root / "c.txt").unlink()
+    root, out = _three_done_one_gone(tree, tmp_path)
     walk = Job.walk
 
     def walk_then_term(self):
@@ -273,12 +288,7 @@ def test_sigterm_during_the_walk_exits_143_prunes_nothing_and_starts_no_ray(tree
             yield found
 
     monkeypatch.setattr(Job, "walk", walk_then_term)
-    config = RunConfig(task=FAKE, paths=(str(root),), out=str(out), progress="off", devices="cpu", engine="ray",
-                       prune=True)
-    summary = RayJob(config).run(lambda: pytest.fail("Ray must not start"))
-    assert (summary.exit_code, summary.pruned, summary.interrupted) == (143, 0, True)
-    assert sorted(path for path, _ in rows_by_key(out)) == ["a.txt", "b.txt", "c.txt"]
-
+    _prune_stopped_with_143_and_nothing_pruned(root, out)
 
 
 def test_a_sigterm_after_a_first_ctrl_c_stops_at_once_with_exit_143_as_the_local_engine_does(tree, tmp_path,
@@ -291,13 +301,9 @@ def test_a_sigterm_after_a_first_ctrl_c_stops_at_once_with_exit_143_as_the_local
     import signal
     import time
 
-    from gpucli.engines.ray import RayJob
     from gpucli.output import Output
 
-    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n", "c.txt": "gamma\n"})
-    out = tmp_path / "out.parquet"
-    assert run_with("local", FAKE, [root], out).succeeded == 3
-    (root / "c.txt").unlink()
+    root, out = _three_done_one_gone(tree, tmp_path)
     prune = Output.prune
 
     def stopped_twice(self, *args, **kwargs):
@@ -307,11 +313,7 @@ def test_a_sigterm_after_a_first_ctrl_c_stops_at_once_with_exit_143_as_the_local
         return prune(self, *args, **kwargs)
 
     monkeypatch.setattr(Output, "prune", stopped_twice)
-    config = RunConfig(task=FAKE, paths=(str(root),), out=str(out), progress="off", devices="cpu", engine="ray",
-                       prune=True)
-    summary = RayJob(config).run(lambda: pytest.fail("Ray must not start"))
-    assert (summary.exit_code, summary.pruned, summary.interrupted) == (143, 0, True)
-    assert sorted(path for path, _ in rows_by_key(out)) == ["a.txt", "b.txt", "c.txt"]
+    _prune_stopped_with_143_and_nothing_pruned(root, out)
 
 
 def test_ray_inits_own_sigterm_handler_does_not_outlive_the_run(tree, tmp_path, monkeypatch):
