@@ -181,7 +181,7 @@ class Pipeline:
                 await self.writer.close()
             written = True
         finally:
-            pruned = None
+            pruned = None  # None, or the prune thread's error
             if self.pruning is not None:
                 pruned, = await asyncio.gather(self.pruning, return_exceptions=True)
             await asyncio.to_thread(self.job.close, written)

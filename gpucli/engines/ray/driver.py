@@ -75,8 +75,7 @@ class RayJob:
         self.job.open()  # the model and the output are checked before Ray starts: usage errors come fast
         leave, written = nothing, False
         try:
-            with self.stops.installed():  # a stop during the walk prunes nothing
-                self._list()
+            self._list()  # a stop during the walk prunes nothing
             if self.sent:  # else nothing is new: no need to start or join Ray
                 remote = self.config.ray_address or os.environ.get("RAY_ADDRESS")
                 self._phase("joining the Ray cluster" if remote else "starting Ray")
@@ -110,7 +109,7 @@ class RayJob:
         self.job.use_devices([plan.device])  # CPU caps on CPU actors
         self._phase(f"loading the model in {plan.actors} Ray actor(s) "
                     f"({plan.num_gpus:g} GPU, {plan.num_cpus:g} CPU each)")
-        with NodeWatch(plan, self.config.setup_timeout_s, self.run_id, self.stops.wake) as self.watch:
+        with NodeWatch(plan, self.config.setup_timeout_s, self.stops.wake, self.run_id) as self.watch:
             self._consume(self._dataset(plan, alone=False))
             if self.sent:
                 self.job.progress.log(f"ray: {len(self.sent)} file(s) lost with a dead actor or node; running them again")
@@ -251,10 +250,9 @@ class NodeWatch:
       local engine's setup timeout (a WorkerSetupError). A first window slower than the
       timeout is no setup failure: the load is timed, not the first results."""
 
-    def __init__(self, plan: Plan, setup_timeout_s: float, run_id: str = "",
-                 wake: Callable[[], None] | None = None) -> None:
+    def __init__(self, plan: Plan, setup_timeout_s: float, wake: Callable[[], None], run_id: str = "") -> None:
         self.plan = plan
-        self._wake = wake or (lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+        self._wake = wake  # DriverStops.wake
         self.setup_timeout_s = setup_timeout_s
         self.run_id = run_id
         self.reason = ""
@@ -308,4 +306,4 @@ class NodeWatch:
             if self._stop.is_set():
                 return
             self.reason = reason
-            self._wake()  # DriverStops.wake: a SIGINT to the main thread that is no user's stop
+            self._wake()  # a SIGINT to the main thread that is no user's stop
