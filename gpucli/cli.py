@@ -212,7 +212,19 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
             _print_summary(summary)
         if config.json:
             print(json.dumps(summary.to_dict(), ensure_ascii=False), flush=True)
+    _exit_now_after_a_cut_ray_start(summary.exit_code)
     raise typer.Exit(summary.exit_code)
+
+
+def _exit_now_after_a_cut_ray_start(code: int) -> None:
+    """A run whose private Ray was stopped while it started ends here, without the interpreter's
+    finalization, in which Ray's half-started C++ side may crash (gpucli.engines.ray.connection.
+    start_was_cut): the output and the ledger are closed and the summary is out by now."""
+    connection = sys.modules.get("gpucli.engines.ray.connection")
+    if connection is not None and connection.start_was_cut():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 class Terminated(BaseException):

@@ -7,9 +7,12 @@ skip when the `ray` extra is not installed; the missing-extra test runs either w
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -20,7 +23,7 @@ from typer.testing import CliRunner
 from gpucli.cli import app
 from gpucli.config import RunConfig
 from gpucli.errors import UsageError, WorkerSetupError
-from tests.conftest import SAMPLE
+from tests.conftest import ROOT, SAMPLE
 from tests.fake_task import FAKE
 
 SUMMARY_KEYS = ("inputs", "succeeded", "failed", "skipped", "unchanged", "rows", "exit_code", "unfinished")
@@ -348,6 +351,61 @@ def test_ray_inits_own_sigterm_handler_does_not_outlive_the_run(tree, tmp_path, 
         assert signal.getsignal(signal.SIGTERM) is before
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.slow
+def test_a_sigterm_while_ray_starts_meets_no_handler_of_rays_that_aborts_the_driver(tmp_path):
+    """ray.init installs Ray's C++ failure-signal handler, which also catches SIGTERM; a SIGTERM
+    before gpucli's own handler was back then aborted the driver once its summary was out (exit
+    134, ray-project/ray#37288). gpucli's driver starts Ray without it: the SIGTERM reaches Python
+    (ray.init's sys.exit(15), which the driver turns into exit 143) and Ray shuts down cleanly."""
+    pytest.importorskip("ray")
+    script = textwrap.dedent(f"""
+        import os, signal, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from gpucli.engines.ray.connection import connect
+        leave = connect()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        except SystemExit as exc:
+            print("stopped", exc.code, flush=True)
+        leave()
+        print("left", flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, cwd=tmp_path)
+    assert "SIGTERM received" not in done.stderr
+    assert (done.returncode, done.stdout.split()) == (0, ["stopped", "15", "left"]), done.stderr[-2000:]
+
+
+def test_a_run_whose_ray_start_was_stopped_exits_after_its_summary_without_finalizing(tree, tmp_path):
+    """Ray's half-started C++ side crashed now and then while the interpreter finalized, after
+    the summary (exit 139 or 134 where 130/143 was due): such a process ends at once with its
+    code once the summary is out, and no exit-time handler runs."""
+    pytest.importorskip("ray")
+    root = tree({"a.txt": "alpha\n"})
+    script = textwrap.dedent(f"""
+        import atexit, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import gpucli.engines.ray.connection as connection
+        def stopped(temp_dir, *args, **kwargs):
+            raise KeyboardInterrupt  # Ctrl-C while Ray starts
+        connection.start_local = stopped
+        atexit.register(lambda: print("FINALIZED", flush=True))
+        from gpucli.cli import app, _make_command
+        from tests.fake_task import FakeTask
+        FakeTask.name = {FAKE!r}
+        app.command(name="fake")(_make_command(FakeTask))
+        app(args=["fake", {str(root)!r}, "--engine", "ray", "--devices", "cpu", "--progress", "off",
+                  "--out", {str(tmp_path / "out.parquet")!r}], prog_name="gpucli")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=ROOT)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert "interrupted" in done.stderr and "1 unfinished" in done.stderr
+    assert "FINALIZED" not in done.stdout
 
 
 def test_a_stop_right_after_a_walk_failure_is_written_still_counts_it(tree, tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from gpucli.errors import RunFailedError, UsageError
 LOCAL_OBJECT_STORE_BYTES = 512 * 2**20  # a private local Ray; blocks of files are small
 RETRIES = 1  # a call whose actor died is retried once (on a new actor) before its block is dropped
 PREFLIGHT_TIMEOUT_MS = 5000
+_start_cut = False  # a Ray start this process interrupted (start_was_cut)
 TOKEN_HINT = ("the Ray cluster at {where} refused this driver's authentication token: set RAY_AUTH_MODE=token "
               "and the cluster's token in RAY_AUTH_TOKEN or a file named by RAY_AUTH_TOKEN_PATH "
               "(default ~/.ray/auth_token), as for Ray's own tools")
@@ -31,6 +32,7 @@ def connect(address: str = "") -> Callable[[], None]:
     if ray.is_initialized():
         return nothing
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    stops_are_ours()
     address = address or os.environ.get("RAY_ADDRESS", "")
     if address:
         preflight(address)
@@ -54,6 +56,8 @@ def connect(address: str = "") -> Callable[[], None]:
     try:
         start_local(temp_dir)
     except BaseException:  # a stop while Ray starts: nothing of this Ray is left behind
+        global _start_cut
+        _start_cut = True
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
@@ -65,6 +69,26 @@ def connect(address: str = "") -> Callable[[], None]:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
     return close
+
+
+def start_was_cut() -> bool:
+    """Whether a stop interrupted this process's private Ray while it started. Ray's C++ side,
+    half set up, then crashes now and then as the interpreter finalizes, after the run's summary
+    (SIGSEGV or an abort in 1-2 of 10 tries: exit 139 or 134 where 143 was due): the CLI ends
+    such a process at once once its output is out (cli._exit_now_after_a_cut_ray_start)."""
+    return _start_cut
+
+
+def stops_are_ours() -> None:
+    """This driver's SIGINT and SIGTERM are gpucli's (signals.DriverStops). ray.init would also
+    install Ray's C++ failure-signal handler here, which catches SIGTERM too: a SIGTERM while Ray
+    started then ended the run with an abort (exit 134) after its summary, not exit 143
+    (ray-project/ray#37288). Off for this driver only: the raylet and the actors keep theirs."""
+    try:
+        from ray._private import ray_constants
+    except ImportError:  # another Ray layout: its own handler stays
+        return
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True  # read when this driver's core worker starts
 
 
 def start_local(temp_dir: str, num_cpus: int | None = None,
