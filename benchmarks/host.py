@@ -69,8 +69,10 @@ def _short_null(ctx: Context, root: Path, n: int, rep: int, fig: Figure, cpu: Fi
 def _short_cli(ctx: Context, root: Path, n: int, rep: int, model: Path, fig: Figure) -> None:
     out = ctx.tmp / f"host-cli-{rep}.parquet"
     t0 = time.perf_counter()
+    # --backend torch: the plain loop runs the model through torch; the figure is the host path's
     proc = subprocess.run([sys.executable, "-m", "gpucli", "embed", str(root), "--model", str(model), "--out",
-                           str(out), "--devices", "cpu", "--quiet", "--json"], capture_output=True, text=True,
+                           str(out), "--devices", "cpu", "--backend", "torch", "--quiet", "--json"],
+                          capture_output=True, text=True,
                           env=bench_env(), timeout=3600)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:

@@ -148,6 +148,33 @@ def task_and_spec(config: RunConfig) -> tuple[type[Task], TaskSpec]:
                               config.dtype, config.revision)
 
 
+def backend_default(spec: TaskSpec, task_cls: type[Task], config: RunConfig, made_with: dict | None) -> TaskSpec:
+    """The spec with the backend this output runs on, for a task that has `--backend`.
+
+    Given (flag, GPUCLI_BACKEND, config file): that. Not given: a new output (or `--full`) gets
+    `auto` (ONNX Runtime on a CPU host where it is faster and installed: gpucli.backends), but
+    on Ray only with `--devices cpu` (the driver cannot see the cluster's GPUs before it joins,
+    and a GPU actor must not get a CPU graph); an existing output keeps the backend it was made
+    with, and `auto` keeps the runtime it chose then (`made_with`: the ledger's settings, {} for
+    a ledger that predates them), so no rerun (cron) changes an output's vectors or asks for
+    `--full` when gpucli's default changes. An output made before `auto` was the default holds
+    `torch`, or no backend at all (made before there was a choice): it stays on torch."""
+    options_cls = task_cls.Options
+    if not dataclasses.is_dataclass(options_cls) or "backend" not in {f.name for f in dataclasses.fields(options_cls)}:
+        return spec
+    options = dict(spec.options)
+    given = "backend" in config.task_options
+    if made_with is None:
+        if not given and (config.engine != "ray" or config.devices == "cpu"):
+            options["backend"] = "auto"
+        return dataclasses.replace(spec, options=options)
+    stored = made_with.get("options") or {}
+    if not given and "backend" in stored:
+        options["backend"] = stored["backend"]
+    runtime = (made_with.get("info") or {}).get("gpucli.runtime", "torch")  # left out of the settings when torch
+    return dataclasses.replace(spec, options=options, runtime=runtime)
+
+
 def batch_caps(config: RunConfig, task_cls: type[Task], devices: list[str] | None = None) -> BatchCaps:
     """The run's caps: flags where given, else the task's defaults (its CPU batch size when
     every worker is on the CPU)."""
@@ -256,19 +283,20 @@ class Job:
         from gpucli.hub import download_progress_hidden
 
         check_roots(self.config.paths)
+        self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental,
+                             state_dir=getattr(self.config, "state_dir", ""))
+        self.spec = backend_default(self.spec, self.task_cls, self.config, self.output.made_with())
         self.task = self.task_cls(self.spec)
         with download_progress_hidden(self.config.quiet or self.config.progress == "off"):
             self.task.open()
         quiet_parent_torch()
-        self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental,
-                             state_dir=getattr(self.config, "state_dir", ""))
         self.schema, metadata = tables.output(self.config, output_schema(self.task), output_metadata(self.task))
         settings = output_settings(self.spec, self.task, metadata)
         roots = self.config.paths or ((self.config.from_table,) if self.config.from_table else ())
         metadata["gpucli.root"] = input_root(roots)  # descriptive: not part of the settings
         self.output.open(self.schema, metadata, settings)
         self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
-        for notice in getattr(self.output.sink, "notices", []):
+        for notice in [*getattr(self.task, "notices", []), *getattr(self.output.sink, "notices", [])]:
             self.progress.log(f"note: {notice}")
         self.accounts = Accounts(self.task, self.output, self.summary, self.counts, self.schema)
 
@@ -278,7 +306,8 @@ class Job:
 
         self.caps = batch_caps(self.config, self.task_cls, devices)
         self.summary.devices = list(devices)
-        self.progress.start(start_line(__version__, self.task_cls.name, self.spec.model, devices, self.output.display))
+        self.progress.start(start_line(__version__, self.task_cls.name, self.spec.model, devices, self.output.display,
+                                       getattr(self.task, "runtime", "")))
 
     @property
     def window_items(self) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import LockedError, RunFailedError, UsageError
 from gpucli.records import Failure, Source
 from gpucli.sinks import Sink, open_sink
-from gpucli.state import Ledger, RunLock
+from gpucli.state import Ledger, RunLock, made_with
 from gpucli.writer import FailureLog
 
 if TYPE_CHECKING:
@@ -34,6 +34,11 @@ class Output:
     @property
     def display(self) -> str:
         return self.sink.display
+
+    def made_with(self) -> dict | None:
+        """The settings this output was made with (state.made_with), or None when this run makes
+        it anew (a new output, or --full)."""
+        return made_with(self.sink.state_dir) if self.incremental else None
 
     def open(self, schema: Any, metadata: dict[str, str], settings: dict[str, Any]) -> None:
         """Take the lock (or raise LockedError), open the sink, check the settings against the

@@ -31,10 +31,12 @@ class Counts:
     phase: str = ""  # e.g. "loading the model on 2 workers", shown while nothing else moves
 
 
-def start_line(version: str, task: str, model: str, devices: Sequence[str], out: str) -> str:
-    """The run's first line: what is running, where, into what (so that a log says it all)."""
+def start_line(version: str, task: str, model: str, devices: Sequence[str], out: str, runtime: str = "") -> str:
+    """The run's first line: what is running, where, on which runtime (torch, onnx), into what
+    (so that a log says it all)."""
     where = ", ".join(sorted(set(devices))) or "none"
-    return f"gpucli {version} {task}: model {model}; devices {where}; out {out}"
+    on = f" ({runtime})" if runtime else ""
+    return f"gpucli {version} {task}: model {model}{on}; devices {where}; out {out}"
 
 
 def timestamp() -> str:

@@ -125,6 +125,31 @@ class Known:
     status: str
 
 
+def made_with(directory: Path) -> dict | None:
+    """The settings an existing output was made with, read without the lock and without creating
+    anything (the run's backend is chosen from them before the output is opened): None for a new
+    output (no ledger, or none with a fingerprint yet); {} for a ledger that predates stored
+    settings (gpucli 0.1). A ledger that cannot be read gives None: opening it says why."""
+    path = directory / "ledger.sqlite"
+    try:
+        if not path.is_file():
+            return None
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            meta = dict(db.execute("select key, value from meta where key in ('fingerprint', 'settings')").fetchall())
+        finally:
+            db.close()
+    except (sqlite3.Error, OSError):
+        return None
+    if "fingerprint" not in meta:
+        return None
+    try:
+        settings = json.loads(meta.get("settings") or "{}")
+    except ValueError:
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
 class Ledger:
     """Thread-safe: reader threads look up, the writer thread marks done, the loop marks failed."""
 

@@ -48,8 +48,9 @@ class ClassifyOptions:
     backend: str = field(default="torch", metadata={
         "help": "Inference runtime: torch; onnx (ONNX Runtime, the default EfficientNet-Lite0 only: the model is "
                 "exported once into ~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); "
-                "auto (onnx for it on a host without a GPU, else torch).", "flag": "--backend",
-        "default_help": "torch"})
+                "auto (onnx for it on a host without a GPU when the onnx extra is installed, else torch). "
+                "Decided once per output: a rerun keeps the output's own.", "flag": "--backend",
+        "default_help": "auto for a new output (on Ray with --devices cpu only; else torch); an existing output's own"})
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "torch", "onnx"):
@@ -332,9 +333,11 @@ class ClassifyTask(Task):
             if not self._opened:
                 self._backend.open()
                 self._opened = True
-                from gpucli.backends import pin_choice
+                from gpucli.backends import export_notices, pin_choice
+                from gpucli.backends.onnx import image_classifier_cached
 
                 pin_choice(self.spec.options, self.runtime)  # issue 16: workers run what the parent chose
+                self.notices = export_notices(self.runtime, image_classifier_cached)
 
     def cpu_workers(self, cores: int) -> int:
         """A worker per core (up to 4, each a copy of the model) for a torch model of real size,
@@ -355,7 +358,8 @@ class ClassifyTask(Task):
         from gpucli.backends import host_devices, resolve_backend
 
         if self.options.backend == "auto":
-            return resolve_backend("auto", host_devices(), "", onnx_on_cpu=self.spec.model == LITE0)
+            return resolve_backend("auto", host_devices(), "", onnx_on_cpu=self.spec.model == LITE0,
+                                   kept=getattr(self.spec, "runtime", ""))
         return resolve_backend(self.options.backend, [], "")
 
     def info(self) -> dict[str, str]:

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from gpucli.backends import host_devices, pin_choice, quantize_info, resolve_backend
+from gpucli.backends import export_notices, host_devices, pin_choice, quantize_info, resolve_backend
+from gpucli.backends.onnx import FUSED_MODEL_TYPES, text_encoder_cached
 from gpucli.errors import InputError, UsageError
 from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import Failure, Item, Items, Ragged, Source
@@ -76,9 +77,11 @@ class EmbedOptions:
     # --- end model fidelity --------------------------------------------------------------------------------
     backend: str = field(default="torch", metadata={
         "help": "Inference runtime: torch; onnx (ONNX Runtime: the model is exported once into "
-                "~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); auto (onnx on a host without a GPU when "
-                "the onnx extra is installed, or with --quantize; else torch).",
-        "flag": "--backend", "default_help": "torch"})
+                "~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); auto (onnx on a host without a GPU for a "
+                "BERT-type model when the onnx extra is installed, or with --quantize; else torch). "
+                "Decided once per output: a rerun keeps the output's own.",
+        "flag": "--backend", "default_help": "auto for a new output (on Ray with --devices cpu only; else torch); "
+                                             "an existing output's own"})
     quantize: str = field(default="", metadata={
         "help": "int8: dynamic int8 quantization of the ONNX model (about 1.5-2x fp32 ONNX on CPU; cosine to fp32 "
                 ">= 0.98 on sentences). Part of the output's fingerprint: rows never mix.",
@@ -196,10 +199,14 @@ class EmbedTask(Task):
             taken = f" ({len(self.prompt_ids)} go to the prompt {self.prompt!r})" if self.prompt_ids else ""  # issue 14
             raise UsageError(f"--chunk-overlap {self.options.chunk_overlap} must be below the chunk's "
                              f"{self.window} text tokens{taken}")
-        # issue 16: `auto` = onnx on a host without a GPU (benchmarks/RESULTS.md, ONNX: equal vectors, faster)
+        # issue 16: `auto` = onnx on a host without a GPU (benchmarks/RESULTS.md, ONNX: equal vectors, faster),
+        # for the model types whose exported graph gpucli checks against torch; an existing output keeps its own
         self.runtime = resolve_backend(self.options.backend, host_devices() if self.options.backend == "auto" else [],
-                                       self.options.quantize, onnx_on_cpu=True)
+                                       self.options.quantize, onnx_on_cpu=config.get("model_type") in FUSED_MODEL_TYPES,
+                                       kept=getattr(self.spec, "runtime", ""))
         pin_choice(self.spec.options, self.runtime)
+        if not self._in_worker:
+            self.notices = export_notices(self.runtime, lambda: text_encoder_cached(self.path, self.options.quantize))
         self.pad_id = int(config.get("pad_token_id") or 0)
         hidden = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
         layers = int(config.get("num_hidden_layers") or config.get("n_layers") or config.get("num_layers") or 1)
