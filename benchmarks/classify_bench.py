@@ -102,7 +102,7 @@ def batched_loop(net, paths: list[Path], batch_size: int) -> float:
 
 def gpucli_run(src: Path, out: Path, batch_size: int) -> tuple[float, dict]:
     cmd = [sys.executable, "-m", "gpucli", "classify", str(src), "--out", str(out), "--json", "--quiet",
-           "--devices", "cpu", "--batch-size", str(batch_size), "--full"]  # fmt: skip
+           "--devices", "cpu", "--batch-size", str(batch_size), "--full", "--backend", "torch"]  # fmt: skip
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall = time.perf_counter() - t0

@@ -22,8 +22,9 @@ def run(ctx: Context) -> list[Figure]:
     fig = Figure("cold-start", f"cold start: gpucli / minimal script ({FILES} files, wall)", op="<=", target=1.5,
                  note="both fresh processes, launch to exit")
     for rep in range(ctx.reps):
+        # --backend torch: the same model path as the minimal script (the ONNX default: onnx_e2e.py)
         gpucli_cmd = [sys.executable, "-m", "gpucli", "embed", str(src), "--out",
-                      str(ctx.tmp / f"cold-out-{rep}.parquet"), "--quiet", "--devices", "cpu"]
+                      str(ctx.tmp / f"cold-out-{rep}.parquet"), "--quiet", "--devices", "cpu", "--backend", "torch"]
         minimal_cmd = [sys.executable, str(BENCH / "minimal_embed.py"), str(src), str(ctx.tmp / f"cold-min-{rep}.parquet")]
         walls = {}
         order = (("gpucli", gpucli_cmd), ("minimal", minimal_cmd))

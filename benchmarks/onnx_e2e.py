@@ -45,13 +45,13 @@ from benchmarks.embed_cpu import BATCH_SIZES, SWEEP, Reference  # noqa: E402
 
 SIZES = {"short": 1500, "long": 160, "images": 200}
 QUICK_SIZES = {"short": 200, "long": 24, "images": 30}
-EMBED = {"torch": {}, "torch-passive": {}, "onnx": {"backend": "onnx"},
+EMBED = {"torch": {"backend": "torch"}, "torch-passive": {"backend": "torch"}, "onnx": {"backend": "onnx"},
          "onnx-int8": {"backend": "onnx", "quantize": "int8"}}
 # torch-passive: the torch path with OMP_WAIT_POLICY=PASSIVE in the worker (libgomp's threads sleep at
 # once instead of spinning first): how much of torch's rate a busy machine takes through spinning.
 ENV = {"torch-passive": {"OMP_WAIT_POLICY": "PASSIVE"}}
 LABELS = {"torch-passive": "torch, OMP_WAIT_POLICY=PASSIVE"}
-CLASSIFY = {"torch": {}, "onnx": {"backend": "onnx"}}
+CLASSIFY = {"torch": {"backend": "torch"}, "onnx": {"backend": "onnx"}}
 TARGETS = {("short", "onnx"): 1.5, ("long", "onnx"): 1.2, ("short", "onnx-int8"): 2.5}
 
 EXPORT_SCRIPT = """

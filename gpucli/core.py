@@ -164,15 +164,30 @@ def backend_default(spec: TaskSpec, task_cls: type[Task], config: RunConfig, mad
         return spec
     options = dict(spec.options)
     given = "backend" in config.task_options
+    on_cpu = config.devices.strip().lower() == "cpu"
     if made_with is None:
-        if not given and (config.engine != "ray" or config.devices == "cpu"):
+        if not given and (config.engine != "ray" or on_cpu):
             options["backend"] = "auto"
         return dataclasses.replace(spec, options=options)
     stored = made_with.get("options") or {}
     if not given and "backend" in stored:
         options["backend"] = stored["backend"]
     runtime = (made_with.get("info") or {}).get("gpucli.runtime", "torch")  # left out of the settings when torch
+    if runtime == "onnx" and options.get("backend") == "auto" and not (on_cpu or _cpu_only_run(config)):
+        raise UsageError(f"--out {config.out or default_out(task_cls.name)} was made on ONNX Runtime on the CPU "
+                         "(--backend auto chose it then), and this run may use a GPU: pass --devices cpu to "
+                         "continue it as it was made, or --backend torch --full to rebuild it on torch")
     return dataclasses.replace(spec, options=options, runtime=runtime)
+
+
+def _cpu_only_run(config: RunConfig) -> bool:
+    """The local engine's devices are all CPUs (no CUDA context made). On Ray the driver cannot
+    tell before it joins: only --devices cpu says so."""
+    if config.engine == "ray":
+        return False
+    from gpucli.devices import resolve_devices
+
+    return all_cpu(resolve_devices(config.devices))
 
 
 def batch_caps(config: RunConfig, task_cls: type[Task], devices: list[str] | None = None) -> BatchCaps:

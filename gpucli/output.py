@@ -38,7 +38,13 @@ class Output:
     def made_with(self) -> dict | None:
         """The settings this output was made with (state.made_with), or None when this run makes
         it anew (a new output, or --full)."""
-        return made_with(self.sink.state_dir) if self.incremental else None
+        if not self.incremental:
+            return None
+        for directory in (self.sink.state_dir, *getattr(self.sink, "earlier_state_dirs", list)()):
+            settings = made_with(directory)
+            if settings is not None:
+                return settings
+        return None
 
     def open(self, schema: Any, metadata: dict[str, str], settings: dict[str, Any]) -> None:
         """Take the lock (or raise LockedError), open the sink, check the settings against the

@@ -17,7 +17,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get
 # this suite installs): every BERT-type model, the tiny test ones too, would be exported to ONNX
 # first. The suite runs torch unless a test says otherwise (tests/test_backend_default.py and
 # tests/test_onnx.py test the default and the ONNX path themselves, with this variable removed).
-os.environ.setdefault("GPUCLI_BACKEND", "torch")
+os.environ["GPUCLI_BACKEND"] = "torch"
 
 
 def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:

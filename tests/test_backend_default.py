@@ -61,6 +61,35 @@ def test_a_given_backend_is_never_replaced_but_auto_still_keeps_the_outputs_runt
         assert backend_default(_spec(backend=given), EMBED, _config(backend=given), None).options["backend"] == given
 
 
+@pytest.mark.parametrize(("engine", "devices", "gpus", "refused"), [
+    ("local", "auto", 1, True), ("local", "cuda:0", 1, True), ("local", "auto", 0, False), ("local", "cpu", 1, False),
+    ("ray", "auto", 0, True), ("ray", "CPU", 0, False),  # the Ray driver cannot see the cluster's GPUs
+])
+def test_an_output_auto_made_on_onnx_is_not_continued_where_a_gpu_may_run_it(monkeypatch, engine, devices, gpus,
+                                                                               refused):
+    monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: gpus)
+    stored = {"options": {"backend": "auto"}, "info": {"gpucli.runtime": "onnx"}}
+    config = _config(engine, devices)
+    if refused:
+        with pytest.raises(UsageError, match=r"--devices cpu.*--backend torch --full"):
+            backend_default(_spec(), EMBED, config, stored)
+    else:
+        assert backend_default(_spec(), EMBED, config, stored).runtime == "onnx"
+    torch_made = {"options": {"backend": "auto"}, "info": {}}
+    assert backend_default(_spec(), EMBED, config, torch_made).runtime == "torch"  # torch runs anywhere
+
+
+def test_a_qdrant_server_output_is_read_from_where_an_earlier_gpucli_kept_its_ledger(tmp_path, monkeypatch):
+    from gpucli.sinks.qdrant import state_dir as places
+
+    monkeypatch.chdir(tmp_path)
+    output = Output("qdrant://127.0.0.1:6333/docs", state_dir=str(tmp_path / "state"))
+    legacy = places.legacy_state_dir(output.sink.parsed)
+    assert output.sink.state_dir != legacy and output.made_with() is None
+    Ledger(legacy, "0.1.0").reset({"options": {"backend": "torch"}})
+    assert output.made_with() == {"options": {"backend": "torch"}}  # not a new output: it stays on torch
+
+
 def test_a_task_without_a_backend_option_is_untouched():
     spec = TaskSpec("transcribe", "whisper-tiny.en", {})
     config = RunConfig(task="transcribe", paths=("x",))
@@ -68,6 +97,7 @@ def test_a_task_without_a_backend_option_is_untouched():
 
 
 def test_auto_keeps_the_runtime_an_output_was_made_with_whatever_the_host_says_now(monkeypatch):
+    monkeypatch.setattr("gpucli.backends.onnx_available", lambda: True)
     assert resolve_backend("auto", ["cpu"], "", True, kept="torch") == "torch"  # the onnx extra installed since
     assert resolve_backend("auto", ["cuda:0"], "", False, kept="onnx") == ("onnx")  # a GPU added since
     assert resolve_backend("auto", ["cpu"], "int8", False, kept="torch") == "onnx"  # int8 is ONNX Runtime's
@@ -119,6 +149,7 @@ def test_auto_runs_onnx_only_for_the_model_types_whose_graph_gpucli_checks(tmp_p
 
     monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: 0)
     monkeypatch.setattr("gpucli.backends.onnx_available", lambda: True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the export check memoises digests there
     task = create_task(TaskSpec("embed", _model_dir(tmp_path, model_type), {"backend": "auto"}))
     task.open()
     assert task.runtime == expected

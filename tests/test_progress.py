@@ -16,6 +16,10 @@ BUSY = Counts(found=123456, walk_done=True, done=45678, failed=12, rows=99999, i
               queued=64, in_flight=2, phase="writing [part] 7 of /usr/local [x]")
 
 
+def test_the_start_line_names_the_runtime_when_the_task_has_one():
+    assert "model minilm (onnx); devices cpu" in start_line("1.2.3", "embed", "minilm", ["cpu"], "o.parquet", "onnx")
+
+
 def test_start_line_names_version_task_model_devices_and_out():
     line = start_line("1.2.3", "embed", "minilm", ["cuda:1", "cuda:0", "cuda:1"], "/data/v.parquet")
     assert line == "gpucli 1.2.3 embed: model minilm; devices cuda:0, cuda:1; out /data/v.parquet"

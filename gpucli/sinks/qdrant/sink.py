@@ -102,6 +102,11 @@ class QdrantSink(Sink):
             self.close()  # the pipeline calls close only after a successful open; free the storage lock
             raise
 
+    def earlier_state_dirs(self) -> list[Path]:
+        """Where an earlier gpucli kept this output's ledger (open moves it from there): what an
+        output was made with is read from there until then (Output.made_with)."""
+        return [] if self.parsed.local else [places.legacy_state_dir(self.parsed)]
+
     def _adopt_legacy_ledger(self) -> None:
         legacy = places.legacy_state_dir(self.parsed)
         if legacy.absolute() != self.state_dir.absolute() and places.adopt_legacy(legacy, self.state_dir):
