@@ -3,7 +3,8 @@
 A task runs its model through torch, or with `--backend onnx` (and with `auto`, a new output's
 default, on a CPU host: gpucli.core.backend_default) the same weights are exported once to an ONNX
 graph in a per-user cache and run by ONNX Runtime in the workers; tokenizing, batching, pooling
-and output stay the task's own. Nothing here imports torch or onnxruntime at import time: `gpucli --help` imports the tasks, and the parent never needs them.
+and output stay the task's own. Nothing here imports torch or onnxruntime at import time:
+`gpucli --help` imports the tasks, and the parent never needs them.
 """
 
 from __future__ import annotations

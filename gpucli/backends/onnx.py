@@ -103,6 +103,7 @@ spins only briefly before it sleeps).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -135,14 +136,17 @@ QUANTIZE_RECIPE = ("int8 weights per channel, MatMul and the fused Attention (QA
 # 0.974 with 8 bits. CPUs with VNNI (and ARM) keep 8 bits.
 REDUCED_RANGE = "; 7-bit weights (reduce_range: this CPU has no VNNI)"
 
+# The text encoder's graph (module doc, Graph): model types whose fused graph was measured and
+# checked; any other type keeps the plain export. Part of the cache key, with onnxruntime's version.
+FUSED_MODEL_TYPES = ("bert",)
+GRAPH_RECIPE = ("eager-attention export; onnxruntime.transformers optimize_model bert opt_level 0, Attention fusion "
+                "only (raw 2-D mask); kept when equal to torch, else the plain export")
+
 
 def reduce_range(cpuinfo: str | None = None) -> bool:
     """Whether int8 weights must be 7-bit on this CPU: x86 with AVX2 and without VNNI."""
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
-        except OSError:
-            return False
+        cpuinfo = _cpuinfo()
     flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
                       if line.startswith("flags")), []))
     return "avx2" in flags and not flags & {"avx512_vnni", "avx_vnni", "avx512vnni"}
@@ -151,11 +155,15 @@ def reduce_range(cpuinfo: str | None = None) -> bool:
 def quantize_recipe() -> str:
     """The int8 recipe on this host: part of the cache key and of the output's fingerprint."""
     return QUANTIZE_RECIPE + (REDUCED_RANGE if reduce_range() else "")
-# The text encoder's graph (module doc, Graph): model types whose fused graph was measured and
-# checked; any other type keeps the plain export. Part of the cache key, with onnxruntime's version.
-FUSED_MODEL_TYPES = ("bert",)
-GRAPH_RECIPE = ("eager-attention export; onnxruntime.transformers optimize_model bert opt_level 0, Attention fusion "
-                "only (raw 2-D mask); kept when equal to torch, else the plain export")
+
+
+@functools.cache
+def _cpuinfo() -> str:
+    """This host's /proc/cpuinfo, read once ("" where there is none: not Linux)."""
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return ""
 
 
 # --- where, and under which key ----------------------------------------------------------------
@@ -488,7 +496,8 @@ def _quantize(fp32: Path, out: Path) -> None:
     logging.disable(logging.WARNING)  # "consider pre-processing" advice on the root logger, per call
     try:
         quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True,
-                         reduce_range=reduce_range(), op_types_to_quantize=["MatMul", "Attention"], nodes_to_exclude=kept_fp32(fp32),
+                         reduce_range=reduce_range(), op_types_to_quantize=["MatMul", "Attention"],
+                         nodes_to_exclude=kept_fp32(fp32),
                          extra_options={"DefaultTensorType": TensorProto.FLOAT})  # contrib ops' outputs: float
     finally:
         logging.disable(logging.NOTSET)
