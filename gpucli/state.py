@@ -7,9 +7,12 @@ location (part file) holding its current rows. The rules that keep the output ex
 * An input is marked done only after the part holding its rows is durable (renamed and
   fsynced). A part on disk that the ledger does not list was left by a crash between the
   two: it is deleted at the next start, and its inputs, never marked done, are redone.
-* When an input is redone (its content changed) or pruned, its old location is recorded as
-  stale in the same transaction; stale rows are removed from the sink at the end of the run,
-  or at the start of the next one if the run died first. Removal is idempotent.
+* When an input is redone (its content changed), fails (its rows were an earlier content's:
+  an input is its current rows or one failure record, never both) or is pruned, its old
+  location is recorded as stale in the same transaction; stale rows are removed from the
+  sink at the end of the run, or at the start of the next one if the run died first.
+  Removal is idempotent. A failed input's record holds the failing content's size and mtime,
+  so that an unchanged rerun counts it as a known failure.
 * A location name the ledger ever listed is never given to new rows: the last committed
   name is kept in `meta` (`last_location`, kept across `--full`), and the sink numbers its
   next place above it, so a crashed write can never pass for a committed one.
@@ -362,19 +365,19 @@ class Ledger:
                                  ((s.size, s.mtime_ns, s.path, s.size, s.mtime_ns) for s in sources))
 
     def mark_failed(self, path: str, error: str, size: int = -1, mtime_ns: int = -1) -> bool:
-        """A failed input keeps its old rows, if any, until it succeeds again. Returns whether it
-        is a known failure: it had failed before, with the same size and mtime (unchanged)."""
+        """One transaction: the input is failed with this content's size and mtime, and the rows
+        it had (an earlier version's) become stale, removed at close like a changed input's: an
+        input ends as its current rows or one failure record, never both, and a failure's stat
+        is the failing content's, so an unchanged rerun knows it. Returns whether it is a known
+        failure: it had failed before, with the same size and mtime (unchanged)."""
         with self._lock, self._db:
             self._db.execute("begin")
             row = self._db.execute("select status, size, mtime_ns from files where path=?", (path,)).fetchone()
             known = row is not None and row[0] == "failed" and (row[1], row[2]) == (size, mtime_ns)
-            self._db.execute("insert into files (path, size, mtime_ns, status, error, updated) "
-                             "values (?, ?, ?, 'failed', ?, ?) on conflict(path) do update set "
-                             "status=case when location is null then 'failed' else status end, "
-                             "size=case when location is null then excluded.size else size end, "
-                             "mtime_ns=case when location is null then excluded.mtime_ns else mtime_ns end, "
-                             "error=excluded.error, updated=excluded.updated",
-                             (path, size, mtime_ns, error, time.time()))
+            self._db.execute("insert or ignore into stale select location, path from files "
+                             "where path=? and location is not null and location != ''", (path,))
+            self._db.execute("insert or replace into files (path, size, mtime_ns, status, error, updated) "
+                             "values (?, ?, ?, 'failed', ?, ?)", (path, size, mtime_ns, error, time.time()))
         return known
 
     def prune(self, paths: list[str]) -> None:

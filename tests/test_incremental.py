@@ -73,6 +73,34 @@ def test_failures_are_retried(tree, tmp_path):
     assert sorted(r["path"] for r in read_rows(out)) == ["bad.txt", "ok.txt"]
 
 
+def paths_in(out: Path) -> list[str]:
+    """The rows' paths, sorted, of a Parquet or JSON lines output."""
+    if out.suffix == ".jsonl":
+        return sorted(json.loads(line)["path"] for line in out.read_text().splitlines())
+    import pyarrow.dataset as ds
+
+    return sorted(ds.dataset(str(out), format="parquet").to_table(columns=["path"]).column("path").to_pylist())
+
+
+@pytest.mark.parametrize("name", ["out.parquet", "rows.jsonl"])
+def test_a_changed_file_that_now_fails_loses_its_old_rows_and_is_then_a_known_failure(tree, tmp_path, name):
+    root = tree({"ok.txt": "fine\n", "doc.txt": "first version\nsecond line\n"})
+    out = tmp_path / name
+    assert run_fake([root], out).rows == 3
+    (root / "doc.txt").write_bytes(b"\xff\xfe\xfa binary now")
+    changed = run_fake([root], out)
+    assert (changed.failed, changed.failed_known, changed.exit_code) == (1, 0, 1)
+    assert paths_in(out) == ["ok.txt"], "no stale rows beside the failure record"
+    records = [json.loads(line) for line in Path(changed.failures_file).read_text().splitlines()]
+    assert [r["path"] for r in records] == ["doc.txt"]
+    again = run_fake([root], out)
+    assert (again.failed, again.failed_known, again.exit_code) == (1, 1, 0)
+    (root / "doc.txt").write_text("fixed\n")
+    fixed = run_fake([root], out)
+    assert (fixed.succeeded, fixed.failed, fixed.exit_code) == (1, 0, 0)
+    assert paths_in(out) == ["doc.txt", "ok.txt"]
+
+
 def test_other_settings_need_full(tree, tmp_path):
     root = tree({"a.txt": "alpha\n"})
     out = tmp_path / "out.parquet"
