@@ -59,9 +59,15 @@ class _Ledger:
     """The output's ledger, read-only (no lock taken: a run may be writing); empty when missing."""
 
     def __init__(self, path: Any) -> None:
+        """A WAL ledger opened read-only still gets `-wal` and `-shm` files made beside it, so
+        one without a `-wal` (closed cleanly: no run is writing it, its rows are all in the main
+        file) is opened `immutable`, which makes and locks nothing: the output stays byte for
+        byte as it was. With a `-wal` (a run is writing, or one died) both files are there
+        already, and a plain read-only open sees what that run committed."""
         self._db = None
         if path.is_file():
-            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            wal = path.with_name(path.name + "-wal").exists()
+            self._db = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if wal else 'immutable=1'}", uri=True)
 
     def decide(self, source: Any) -> tuple[str, str]:
         if self._db is None:

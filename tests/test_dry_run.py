@@ -51,3 +51,19 @@ def test_limit_takes_at_most_n_inputs_and_prunes_nothing(tree, tmp_path):
     summary = run_fake([root], out, limit=2, prune=True, incremental=True)
     assert summary.inputs == 2 and summary.pruned == 0
     assert len({r["path"] for r in read_rows(out)}) == 6
+
+
+def _snapshot(directory) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_dry_run_leaves_the_output_directory_byte_identical(tree, tmp_path, capsys):
+    """No `ledger.sqlite-wal` or `-shm` appears: the ledger is read without being opened for locking."""
+    root = tree({"a.txt": "one\n", "b.txt": "two\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    (root / "c.txt").write_text("new\n")
+    before = _snapshot(out)
+    assert actions(capsys, root, out, prune=True) == {"a.txt": "unchanged", "b.txt": "unchanged", "c.txt": "run"}
+    assert _snapshot(out) == before
