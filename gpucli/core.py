@@ -37,7 +37,7 @@ from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EX
 from gpucli.output import Output
 from gpucli.progress import Counts, Progress, make_progress
 from gpucli.reader import ReadChunk
-from gpucli.records import Failure, Items, Source, concat_outputs
+from gpucli.records import UNKNOWN_TOKENS, Failure, Items, Source, concat_outputs
 from gpucli.tasks import Task, TaskSpec, get_task
 from gpucli.walk import Found, WalkFilter, WalkReport, walk_blocks
 from gpucli.writer import COMPLETE, DONE, FAILED, OPEN, Part, PartBuffer, rows_to_table
@@ -61,6 +61,7 @@ class RunSummary:
     items_per_s: float = 0.0
     exit_code: int = 0
     failed_known: int = 0  # of `failed`: inputs that had failed before and have not changed since
+    unknown_tokens: int = 0  # of `failed`: texts in a language the model does not read (--allow-unknown-tokens)
     version: str = __version__
     started_at: str = ""
     finished_at: str = ""
@@ -253,6 +254,8 @@ def output_settings(spec: TaskSpec, task: Task, metadata: dict[str, str]) -> dic
     from gpucli.tasks._st_modules import fingerprint_info
 
     options = dataclasses.asdict(task.options) if dataclasses.is_dataclass(task.options) else dict(spec.options)
+    if dataclasses.is_dataclass(task.options):  # options that change no row's content (--extract-timeout) are left out
+        options = {f.name: options[f.name] for f in dataclasses.fields(task.options) if f.metadata.get("fingerprint", True)}
     info = {k: v for k, v in metadata.items() if k != "gpucli.version" and k not in DESCRIPTIVE_KEYS}
     return {"task": spec.name, "model": spec.model, "options": options, "dtype": spec.dtype,
             "info": fingerprint_info(info)}
@@ -590,6 +593,7 @@ class Accounts:
         else:
             self.summary.failed += 1
             self.summary.failed_known += known
+            self.summary.unknown_tokens += failure.cause == UNKNOWN_TOKENS
 
     # --- from the writer --------------------------------------------------------------------
     def take_part(self) -> Part | None:

@@ -213,9 +213,11 @@ class Failure:
     error: str
     size: int = -1  # the input's stat when it failed (-1: not known), so that a rerun can tell
     mtime_ns: int = -1  # "failed again, unchanged" from "a new problem" (--fail-on new)
+    cause: str = ""  # a kind the summary counts apart (UNKNOWN_TOKENS); not in the failures file
 
     def to_dict(self) -> dict[str, str]:
         return {"path": self.path, "stage": self.stage, "error": self.error}
 
 
 STAGES = ("read", "decode", "preprocess", "infer", "write", "skip")
+UNKNOWN_TOKENS = "unknown_tokens"  # a Failure's cause: the model cannot read the text's language
