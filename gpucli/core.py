@@ -247,6 +247,9 @@ def output_metadata(task: Task) -> dict[str, str]:
     return {**task.info(), "gpucli.version": __version__, "gpucli.task": task.name}
 
 
+DESCRIPTIVE_INFO = ("gpucli.extractors",)  # metadata that says how rows were made, not what they are
+
+
 def output_settings(spec: TaskSpec, task: Task, metadata: dict[str, str]) -> dict[str, Any]:
     """Everything that changes the rows, with every option's effective value (a default
     given as a flag is the same run): an output's ledger refuses a run with others."""
@@ -256,7 +259,8 @@ def output_settings(spec: TaskSpec, task: Task, metadata: dict[str, str]) -> dic
     options = dataclasses.asdict(task.options) if dataclasses.is_dataclass(task.options) else dict(spec.options)
     if dataclasses.is_dataclass(task.options):  # options that change no row's content (--extract-timeout) are left out
         options = {f.name: options[f.name] for f in dataclasses.fields(task.options) if f.metadata.get("fingerprint", True)}
-    info = {k: v for k, v in metadata.items() if k != "gpucli.version" and k not in DESCRIPTIVE_KEYS}
+    info = {k: v for k, v in metadata.items()
+            if k != "gpucli.version" and k not in DESCRIPTIVE_KEYS and k not in DESCRIPTIVE_INFO}
     return {"task": spec.name, "model": spec.model, "options": options, "dtype": spec.dtype,
             "info": fingerprint_info(info)}
 
