@@ -72,7 +72,10 @@ class LazyExtractor:
 def short_reason(error: BaseException, limit: int = 200) -> str:
     """'ValueError: message' cut to `limit` characters, for a failure row."""
     message = " ".join(str(error).split())
-    reason = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    kind = type(error).__name__
+    if kind == "error":  # zlib.error, struct.error, binascii.Error...: the module says what it is
+        kind = f"{type(error).__module__}.{kind}"
+    reason = f"{kind}: {message}" if message else kind
     return reason if len(reason) <= limit else reason[: limit - 3] + "..."
 
 
