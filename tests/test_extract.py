@@ -142,6 +142,11 @@ def test_a_blank_pdf_page_adds_no_blank_lines_and_keeps_later_page_numbers_true(
     assert document.page_at(document.text.index("gamma")) == 3
 
 
+def test_a_word_hyphenated_across_pdf_lines_is_joined_back():
+    assert extract("pdf", make_pdf([["This is an exam-", "ple of a line break."]])).text == \
+        "This is an example of a line break."
+
+
 def test_a_pdf_of_2000_pages_is_read_with_every_page_numbered():
     document = extract("pdf", make_pdf([[f"page {n} of the long report"] for n in range(1, 2001)]))
     assert len(document.pages) == 2000
@@ -456,6 +461,17 @@ def test_html_keeps_the_readable_text_and_drops_scripts_styles_and_page_furnitur
     for dropped in ("not text", "Home", "banner", "enable JavaScript", "Advertisement", "Search", "chart label",
                     "hidden", "Copyright", "color"):
         assert dropped not in document.text
+
+
+def test_xhtml_self_closed_tags_do_not_swallow_the_page():
+    page = (b'<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/xhtml"><head><title/>'
+            b'<script src="a.js"/></head><body><p>Hello</p><a id="x"/><p>world<br/>again</p><div/><p>end</p>'
+            b"</body></html>")
+    assert extract("html", page).text == "Hello\n\nworld\nagain\n\nend"
+
+
+def test_a_title_repeated_as_the_first_heading_is_given_once():
+    assert extract("html", b"<title>Tides</title><h1>Tides</h1><p>Twice a day.</p>").text == "Tides\n\nTwice a day."
 
 
 def test_html_inline_elements_do_not_break_a_sentence():

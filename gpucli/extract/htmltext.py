@@ -32,6 +32,12 @@ PARAGRAPH_TAGS = {"p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "section", "ar
 LINE_TAGS = {"li", "dt", "dd", "tr", "br", "option"}
 CELL_TAGS = {"td", "th"}
 _SPACES = re.compile(r"\s+")
+# XHTML (EPUB chapters, .xhtml) may self-close any element: <title/>, <script src="a.js"/>,
+# <a id="x"/>. An HTML parser reads <title/> as an open <title> whose text is the rest of the
+# file, so such tags are expanded (<title></title>) first, where the document is XML.
+_XML_LIKE = re.compile(r"\A\s*<\?xml|<html[^>]+xmlns=[\"']http://www\.w3\.org/1999/xhtml", re.IGNORECASE)
+_SELF_CLOSED = re.compile(r"<([A-Za-z][\w:.-]*)(\s[^<>]*?)?/>")
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 _BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_:.+-]+)""", re.IGNORECASE)
@@ -67,13 +73,22 @@ def _declared_encoding(head: bytes) -> str | None:
 def html_to_text(html: str, keep_title: bool = True) -> str:
     """Paragraphs of the page's readable text, separated by blank lines; the <title> first
     unless `keep_title` is False (an EPUB chapter's title repeats its heading)."""
+    if _XML_LIKE.search(html[:4096]):
+        html = _SELF_CLOSED.sub(_expand, html)
     tree = LexborHTMLParser(html)
     title = tree.css_first("title") if keep_title else None
     title_text = " ".join(title.text().split()) if title is not None else ""
     _remove_boilerplate(tree)
     body = tree.body if tree.body is not None else tree.root
     text = _TextWriter().walk(body) if body is not None else ""
+    if text == title_text or text.startswith(title_text + "\n"):
+        title_text = ""  # the page opens with its title as a heading: once is enough
     return join_paragraphs([title_text, text])
+
+
+def _expand(tag: re.Match) -> str:
+    name = tag.group(1)
+    return tag.group(0) if name.lower() in VOID_TAGS else f"<{name}{tag.group(2) or ''}></{name}>"
 
 
 def _remove_boilerplate(tree: LexborHTMLParser) -> None:

@@ -21,6 +21,9 @@ _LOAD_ERRORS = {
     pdfium_c.FPDF_ERR_FORMAT: "not a valid PDF file (corrupt or truncated: PDFium cannot parse it)",
     pdfium_c.FPDF_ERR_FILE: "not a valid PDF file (it cannot be opened)",
 }
+# PDFium joins a word hyphenated across a line end ("exam-" / "ple") into "exam\x02ple" and
+# drops the line break: removing the marker gives the word back ("example")
+GENERATED_HYPHEN = "\x02"
 NO_TEXT_LAYER = "no text layer (a scanned PDF?); OCR is not done"
 
 
@@ -52,7 +55,7 @@ def _page_text(document: pdfium.PdfDocument, index: int) -> str:
         textpage = page.get_textpage()
         try:
             # get_text_bounded: full Unicode (get_text_range is UCS-2 only); lines end in \r\n
-            return textpage.get_text_bounded()
+            return textpage.get_text_bounded().replace(GENERATED_HYPHEN, "")
         finally:
             textpage.close()
     finally:
