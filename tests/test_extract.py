@@ -231,6 +231,13 @@ def test_a_zip_format_that_is_not_a_zip_says_so(name):
         f"not a valid {name.upper()} file (not a zip archive)"
 
 
+@pytest.mark.parametrize("name", ["docx", "pptx"])
+def test_a_password_protected_office_file_is_named_as_such(name):
+    ole = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504)  # Office wraps an encrypted package in OLE
+    assert refusal(name, ole) == (f"not a valid {name.upper()} file (an OLE compound file: a password-protected "
+                                  "document, or a legacy .doc/.ppt renamed); not read")
+
+
 def test_a_zip_bomb_named_docx_is_refused_for_its_ratio_before_inflating():
     bomb = deflated_zeros("word/document.xml", 64)
     assert len(bomb) < 200_000
@@ -389,7 +396,8 @@ def test_odp_slides_are_pages():
 # ---------------------------------------------------------------- EPUB
 
 
-def test_epub_chapters_are_read_in_spine_order_without_the_navigation(tmp_path):
+def write_book(path: Path) -> None:
+    """Two chapters with ebooklib, added to the manifest in reverse: the spine gives the order."""
     from ebooklib import epub
 
     book = epub.EpubBook()
@@ -401,18 +409,44 @@ def test_epub_chapters_are_read_in_spine_order_without_the_navigation(tmp_path):
         chapter = epub.EpubHtml(title=f"Chapter {number}", file_name=f"chapter_{number}.xhtml", lang="en")
         chapter.content = f"<h1>Chapter {number}</h1>{body}"
         chapters.append(chapter)
-    for chapter in reversed(chapters):  # manifest order is not reading order: the spine is
+    for chapter in reversed(chapters):
         book.add_item(chapter)
     book.toc = tuple(chapters)
     book.add_item(epub.EpubNcx())
     book.add_item(epub.EpubNav())
     book.spine = ["nav", *chapters]
-    path = tmp_path / "book.epub"
     epub.write_epub(str(path), book)
 
-    document = extract("epub", path.read_bytes())
+
+def test_epub_chapters_are_read_in_spine_order_without_the_navigation(tmp_path):
+    write_book(tmp_path / "book.epub")
+    document = extract("epub", (tmp_path / "book.epub").read_bytes())
     assert document.text == "Chapter 1\n\nIt was a dark night.\n\nChapter 2\n\nMorning came & went."
     assert document.pages == ()
+
+
+ENCRYPTION_XML = """<?xml version="1.0"?>
+<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" xmlns:enc="http://www.w3.org/2001/04/xmlenc#">
+ <enc:EncryptedData><enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>
+  <enc:CipherData><enc:CipherReference URI="EPUB/chapter_1.xhtml"/></enc:CipherData></enc:EncryptedData>
+</encryption>"""
+
+
+def test_an_epub_with_encrypted_chapters_is_refused_as_drm(tmp_path):
+    path = tmp_path / "book.epub"
+    write_book(path)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("META-INF/encryption.xml", ENCRYPTION_XML)
+    assert refusal("epub", path.read_bytes()) == \
+        "encrypted EPUB (DRM): its chapters cannot be read without the key; not read"
+
+
+def test_an_epub_with_only_obfuscated_fonts_is_read(tmp_path):
+    path = tmp_path / "book.epub"
+    write_book(path)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("META-INF/encryption.xml", ENCRYPTION_XML.replace("EPUB/chapter_1.xhtml", "EPUB/font.otf"))
+    assert extract("epub", path.read_bytes()).text.startswith("Chapter 1\n\nIt was a dark night.")
 
 
 def test_an_epub_without_its_container_file_is_refused():

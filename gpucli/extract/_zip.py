@@ -20,8 +20,14 @@ MAX_RATIO = 200
 RATIO_FROM = 8 << 20  # small members may compress as they like: they cannot hurt
 
 
+OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # a compound file: Office encryption wraps OOXML in one
+
+
 def open_zip(data: bytes, label: str) -> zipfile.ZipFile:
     """The archive, or InputError('decode', why) when it is not a zip or looks like a bomb."""
+    if data.startswith(OLE_MAGIC):
+        raise InputError("decode", f"not a valid {label} file (an OLE compound file: a password-protected "
+                                   "document, or a legacy .doc/.ppt renamed); not read")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError):

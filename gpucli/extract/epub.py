@@ -24,6 +24,8 @@ from gpucli.extract._zip import open_zip
 from gpucli.extract.htmltext import decode_html, html_to_text
 
 CONTAINER = "META-INF/container.xml"
+ENCRYPTION = "META-INF/encryption.xml"
+_XMLENC_NS = "{http://www.w3.org/2001/04/xmlenc#}"
 _CONTAINER_NS = "{urn:oasis:names:tc:opendocument:xmlns:container}"
 _OPF_NS = "{http://www.idpf.org/2007/opf}"
 CHAPTER_TYPES = {"application/xhtml+xml", "text/html"}
@@ -36,7 +38,10 @@ def extract_epub(data: bytes) -> Document:
 
 
 def _chapter_texts(archive: zipfile.ZipFile) -> Iterator[str]:
-    for name in spine(archive):
+    names = spine(archive)
+    if set(names) & _encrypted(archive):
+        raise InputError("decode", "encrypted EPUB (DRM): its chapters cannot be read without the key; not read")
+    for name in names:
         try:
             content = archive.read(name)
         except KeyError:
@@ -58,6 +63,14 @@ def spine(archive: zipfile.ZipFile) -> list[str]:
     if not names:
         raise InputError("decode", "not a valid EPUB file (its spine names no XHTML chapter)")
     return names
+
+
+def _encrypted(archive: zipfile.ZipFile) -> set[str]:
+    """Members that META-INF/encryption.xml lists as encrypted (fonts are often obfuscated: harmless)."""
+    if ENCRYPTION not in archive.namelist():
+        return set()
+    references = _parse(archive, ENCRYPTION).iter(f"{_XMLENC_NS}CipherReference")
+    return {posixpath.normpath(unquote(ref.get("URI", ""))) for ref in references}
 
 
 def _rootfile(archive: zipfile.ZipFile) -> str:
