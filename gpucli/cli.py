@@ -29,7 +29,7 @@ import click
 import typer
 
 from gpucli import __version__
-from gpucli.errors import EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, GpucliError
+from gpucli.errors import EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, GpucliError, OutputError
 
 app = typer.Typer(
     name="gpucli",
@@ -207,7 +207,13 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
         config = build_config(task_cls.name, task_cls.Options, cli, config_file)
         from gpucli.engines import run_engine
 
-        summary = run_engine(config)  # the engine handles SIGINT / SIGTERM itself while it runs
+        try:
+            summary = run_engine(config)  # the engine handles SIGINT / SIGTERM itself while it runs
+        except OutputError as exc:
+            if exc.summary is None:  # before any work: the output was refused
+                raise
+            _error(str(exc))  # mid-run: the line, then the summary as at any end (--json too)
+            summary = exc.summary
         if not config.quiet and not quiet:
             _print_summary(summary)
         if config.json:

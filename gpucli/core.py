@@ -33,7 +33,7 @@ from gpucli import __version__, tables
 from gpucli.batching import WINDOW_BATCHES, BatchCaps
 from gpucli.config import RunConfig
 from gpucli.devices import all_cpu
-from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, UsageError
+from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, GpucliError, UsageError
 from gpucli.output import Output
 from gpucli.progress import Counts, Progress, make_progress
 from gpucli.reader import ReadChunk
@@ -318,7 +318,8 @@ class Job:
         metadata["gpucli.root"] = input_root(roots)  # descriptive: not part of the settings
         self.output.open(self.schema, metadata, settings)
         self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
-        for notice in [*getattr(self.task, "notices", []), *getattr(self.output.sink, "notices", [])]:
+        for notice in [*getattr(self.task, "notices", []), *getattr(self.output.sink, "notices", []),
+                       *self.output.notices]:
             self.progress.log(f"note: {notice}")
         self.accounts = Accounts(self.task, self.output, self.summary, self.counts, self.schema)
 
@@ -406,19 +407,26 @@ class Job:
             self.progress.update(self.accounts.counts_now())
             self.progress.close()
 
-    def finish(self, stopping: int, infer_s: float, queue_s: float, write_s: float) -> RunSummary:
+    @property
+    def opened(self) -> bool:
+        """The output is open and the run's accounting exists: an error from now on is mid-run."""
+        return hasattr(self, "accounts")
+
+    def finish(self, stopping: int, infer_s: float, queue_s: float, write_s: float,
+               error: GpucliError | None = None) -> RunSummary:
         """The summary: counts, stage times (each a busy time within the wall time: `read` while
         any reader thread worked, `queue` while the dispatcher had nothing to send, `infer` the
-        busiest worker's model time, `write` the writer thread's time) and the exit code."""
+        busiest worker's model time, `write` the writer thread's time) and the exit code (the
+        error's, when one stopped the run)."""
         s = self.summary
-        s.unfinished = self.accounts.unfinished() if stopping and hasattr(self, "accounts") else 0
+        s.unfinished = self.accounts.unfinished() if (stopping or error) and self.opened else 0
         s.inputs = s.succeeded + s.failed + s.skipped + s.unfinished
         s.elapsed_s = time.monotonic() - self.started
         s.stage_seconds.update(read=self.clocks["read"].seconds, write=write_s, infer=infer_s, queue=queue_s)
         s.items_per_s = self.counts.items / s.elapsed_s if s.elapsed_s else 0.0
         s.interrupted = bool(stopping)
         s.finished_at = _now()
-        s.exit_code = self._exit_code(stopping)
+        s.exit_code = error.exit_code if error is not None else self._exit_code(stopping)
         return s
 
     def _exit_code(self, stopping: int) -> int:

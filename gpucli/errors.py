@@ -48,3 +48,70 @@ class InputError(Exception):
     def __init__(self, stage: str, message: str) -> None:
         super().__init__(message)
         self.stage = stage
+
+
+class OutputError(RunFailedError):
+    """An operating-system error of the output side: the output, its ledger, its failures file
+    or its state directory (disk full, over quota, read-only, I/O error, permission denied).
+    One line that names the path and the cause, never "a bug": what is durable stays, and a
+    rerun once the cause is fixed resumes exactly. Before any work the output is refused
+    (UsageError, exit 2); during a run it stops the run (exit 3). `summary`: the counts when it
+    stopped, set by the engine, which the CLI prints (with --json too)."""
+
+    def __init__(self, path: str, cause: str, hint: str = "") -> None:
+        self.path, self.cause, self.hint = str(path), cause, hint
+        self.summary = None
+        super().__init__(f"{self.path}: {cause}" + (f"; {hint}" if hint else ""))
+
+
+class LedgerDamaged(OutputError):
+    """The ledger's file is not a readable SQLite database (truncated, overwritten): no run
+    can trust it, so none goes on with it; `--full` sets it aside and starts a new one."""
+
+    def __init__(self, path: str, cause: str, hint: str = "") -> None:
+        super().__init__(path, cause, hint)
+        self.args = (f"{path} is damaged ({cause})" + (f"; {hint}" if hint else ""),)
+
+
+RERUN_HINT = "complete parts are kept; fix that and rerun: the run resumes where it stopped"
+DAMAGED_HINT = ("rerun with --full to rebuild the output and its ledger, or move the output away and "
+                "start a new one")
+
+
+def os_error(exc: OSError, path: str | None = None) -> OutputError:
+    """An OSError of an output-side file as one OutputError: its own file name when it has one
+    (`path` otherwise), its cause in words and by errno name (`No space left on device [ENOSPC]`)."""
+    import errno as errnos
+
+    where = exc.filename if exc.filename is not None else path
+    if exc.filename2 is not None:
+        where = f"{exc.filename} -> {exc.filename2}"
+    name = errnos.errorcode.get(exc.errno or 0, "")
+    cause = (exc.strerror or str(exc)) + (f" [{name}]" if name else "")
+    return OutputError(str(where or "the output"), cause, RERUN_HINT)
+
+
+def sqlite_error(exc: Exception, path: str) -> OutputError | None:
+    """A SQLite error of the ledger at `path` that the file system or the file itself caused, as
+    an OutputError (LedgerDamaged for a damaged file); None for any other (a bug: it goes up as is).
+    SQLite does not say which errno it met: a full or read-only file system is told by statvfs."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return LedgerDamaged(path, str(exc), DAMAGED_HINT)
+    if not name.startswith(("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")):
+        return None
+    return OutputError(path, f"{_file_system_cause(path) or exc} [{name}]", RERUN_HINT)
+
+
+def _file_system_cause(path: str) -> str:
+    import os
+
+    try:
+        info = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return ""
+    if info.f_flag & os.ST_RDONLY:
+        return "Read-only file system"
+    if info.f_bavail == 0 or info.f_favail == 0:
+        return "No space left on device (or over quota)"
+    return ""

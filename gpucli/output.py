@@ -7,12 +7,11 @@ the failure records are the same whatever runs the model.
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import LockedError, RunFailedError, UsageError
+from gpucli.errors import LedgerDamaged, LockedError, OutputError, RunFailedError, UsageError, os_error
 from gpucli.records import Failure, Source
 from gpucli.sinks import Sink, open_sink
 from gpucli.state import Ledger, RunLock, made_with
@@ -22,14 +21,38 @@ if TYPE_CHECKING:
     from gpucli.walk import WalkReport
 
 
+class NamedErrors:
+    """The sink, whose every call turns an OSError into one OutputError naming the file (the
+    output itself when the error names none: a write to an open file): the Writer, the Ray
+    driver and this module all call the sink through it, so no OS error of the output reaches
+    the CLI as "a bug". Attributes that are not calls pass through."""
+
+    def __init__(self, sink: Sink) -> None:
+        self._sink = sink
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._sink, name)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return value(*args, **kwargs)
+            except OSError as exc:
+                raise os_error(exc, self._sink.display) from exc
+
+        return call
+
+
 class Output:
     def __init__(self, target: str, incremental: bool = True, state_dir: str = "") -> None:
-        self.sink: Sink = open_sink(target, state_dir=state_dir)
+        self.sink: Sink = NamedErrors(open_sink(target, state_dir=state_dir))  # type: ignore[assignment]
         self.incremental = incremental
         self.lock = RunLock(self.sink.state_dir)
         self.ledger: Ledger | None = None
         self.failures: FailureLog | None = None
         self.pruned: set[str] = set()
+        self.notices: list[str] = []  # for the run's log (Job.open)
 
     @property
     def display(self) -> str:
@@ -61,11 +84,12 @@ class Output:
         except BaseException as exc:
             if created and not isinstance(exc, LockedError):  # a lock held by another: its files, not ours
                 _remove_created(created)
-            if isinstance(exc, OSError) and exc.filename is not None:
-                raise UsageError(f"--out {self.display}: cannot use it: {_os_message(exc)}") from None
-            if isinstance(exc, sqlite3.OperationalError):  # e.g. a state directory it may not write
-                raise UsageError(f"--out {self.display}: cannot use its ledger in {self.sink.state_dir}: "
-                                 f"{exc}") from None
+            if isinstance(exc, OSError):  # the lock's file, the state directory
+                exc = os_error(exc, str(self.sink.state_dir))
+            if isinstance(exc, LedgerDamaged):
+                raise UsageError(f"--out {self.display}: its ledger {exc}") from None
+            if isinstance(exc, OutputError):  # before any work: the output cannot be used (exit 2)
+                raise UsageError(f"--out {self.display}: cannot use it: {exc.cause} ({exc.path})") from None
             raise
 
     def _refuse_foreign(self) -> None:
@@ -103,7 +127,7 @@ class Output:
 
     def _open_ledger(self, settings: dict[str, Any], version: str) -> Ledger:
         """Order matters at every step: see the rules at the top of state.py."""
-        ledger = Ledger(self.sink.state_dir, version)
+        ledger = self._ledger(version)
         try:
             self._publish_pending(ledger)
             if ledger.resetting():  # a --full killed between emptying the ledger and the sink
@@ -124,6 +148,23 @@ class Output:
             raise
         return ledger
 
+    def _ledger(self, version: str) -> Ledger:
+        """The ledger; for `--full` read through first, and when damaged set aside (as
+        `ledger.sqlite.damaged`) for a new one: --full rebuilds the output, and the new ledger
+        empties it (a new ledger with --full resets the sink). An incremental run never goes on
+        from a damaged ledger (LedgerDamaged: which file, and what to do): its rows cannot be
+        trusted to say what is done, and what else it held (the settings the output was made
+        with, failures, stale rows not yet removed) is not in the output's parts."""
+        try:
+            return Ledger(self.sink.state_dir, version, check=not self.incremental)
+        except LedgerDamaged as exc:
+            if self.incremental:
+                raise
+            _set_aside(Path(exc.path))
+            self.notices.append(f"the damaged ledger {exc.path} was set aside as {exc.path}.damaged; "
+                                "--full rebuilds the output and a new ledger")
+            return Ledger(self.sink.state_dir, version, check=True)
+
     def _reset_sink(self, ledger: Ledger) -> None:
         self.sink.reset()
         ledger.reset_done()
@@ -135,17 +176,20 @@ class Output:
             ledger.set_meta("publish", None)
 
     def close(self, clean: bool = True) -> None:
-        """Remove superseded rows (when the run's writes all landed), then release everything."""
-        try:
-            if clean and self.ledger is not None:
-                self._remove_stale(self.ledger)
-        finally:
-            self.sink.close()
-            if self.failures is not None:
-                self.failures.close()
-            if self.ledger is not None:
-                self.ledger.close()
-            self.lock.release()
+        """Remove superseded rows (when the run's writes all landed), then release everything:
+        every step runs even when one before it failed (a full disk fails the failures file's
+        flush, not the lock's release); the first error goes up after the last step."""
+        steps = [lambda: self._remove_stale(self.ledger) if clean and self.ledger is not None else None,
+                 self.sink.close, lambda: self.failures.close() if self.failures is not None else None,
+                 lambda: self.ledger.close() if self.ledger is not None else None, self.lock.release]
+        first: BaseException | None = None
+        for step in steps:
+            try:
+                step()
+            except BaseException as exc:  # noqa: BLE001 - kept, raised after the other steps
+                first = first or exc
+        if first is not None:
+            raise first
 
     def _remove_stale(self, ledger: Ledger) -> None:
         stale = ledger.stale()
@@ -274,6 +318,14 @@ def _remove_created(created: list[Path]) -> None:
             directory.rmdir()
         except OSError:
             pass
+
+
+def _set_aside(ledger: Path) -> None:
+    """A damaged ledger and its WAL files, renamed `*.damaged` beside it (replacing an older one)."""
+    for suffix in ("", "-wal", "-shm"):
+        path = ledger.with_name(ledger.name + suffix)
+        if path.exists():
+            os.replace(path, ledger.with_name(ledger.name + ".damaged" + suffix))
 
 
 def _os_message(exc: OSError) -> str:

@@ -21,6 +21,8 @@ import gc
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from gpucli.batching import END, Batcher, BlockQueue
 from gpucli.config import RunConfig
@@ -35,7 +37,7 @@ from gpucli.core import (  # noqa: F401 - re-exported: the names other modules a
     output_settings,
     task_and_spec,
 )
-from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM
+from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM, OutputError
 from gpucli.pool import PoolEvents, WorkerPool
 from gpucli.progress import Progress
 from gpucli.reader import read_chunks
@@ -84,12 +86,19 @@ class Pipeline:
                 await self._run_opened()
             else:
                 self.job.close(written=True)
+        except OutputError as exc:  # the output side failed mid-run: the summary goes with the error
+            if self.job.opened:
+                exc.summary = self._finish(exc)
+            raise
         finally:
             self.signals.restore()
             gc.unfreeze()  # a process that runs again (tests, a library user) collects this run's objects
+        return self._finish()
+
+    def _finish(self, error: OutputError | None = None) -> RunSummary:
         return self.job.finish(self.signal_received, self.pool.infer_s if self.pool else 0.0,
                                self.batcher.waited_s if self.queue else 0.0,
-                               self.writer.seconds if self.writer else 0.0)
+                               self.writer.seconds if self.writer else 0.0, error)
 
     async def _run_opened(self) -> None:
         job, config = self.job, self.config
@@ -173,18 +182,25 @@ class Pipeline:
         Returns the prune's error when a stop cancelled the reader it would have gone up with
         (a refusal: exit 3 with its line, as on Ray, rather than an exit 130 that hides it)."""
         deadline = min(self.deadline - WRITE_MARGIN_S, time.monotonic() + STOP_DEADLINE_S)
-        written = False
+        written, failed = False, False
         try:
             if self.pool is not None:
                 await self.pool.stop(deadline)
             if self.writer.task is not None:
                 await self.writer.close()
             written = True
+        except BaseException:
+            failed = True
+            raise
         finally:
             pruned = None  # None, or the prune thread's error
             if self.pruning is not None:
                 pruned, = await asyncio.gather(self.pruning, return_exceptions=True)
-            await asyncio.to_thread(self.job.close, written)
+            try:
+                await asyncio.to_thread(self.job.close, written)
+            except OutputError:
+                if not failed:  # else the first error is the run's (a full disk fails the close too)
+                    raise
         return pruned if isinstance(pruned, Exception) and self.signal_received else None
 
     # --- reader -----------------------------------------------------------------------------
@@ -235,11 +251,24 @@ class Pipeline:
 
     # --- results (called on the loop by the pool) -------------------------------------------
     def _on_outputs(self, finished: list) -> None:
-        self.job.accounts.outputs_many(finished)
+        with self._stops_the_run():
+            self.job.accounts.outputs_many(finished)
         self.writer.added()
 
     def _on_batch_failed(self, batch: Batch, reason: str) -> None:
-        self.job.accounts.fail_items(batch.items, "infer", reason)
+        with self._stops_the_run():
+            self.job.accounts.fail_items(batch.items, "infer", reason)
+
+    @contextmanager
+    def _stops_the_run(self) -> Iterator[None]:
+        """The pool calls these from loop callbacks, where an exception would only be logged:
+        an output error on the way (the failures file or the ledger could not be written) is
+        the pool's fatal error, which the dispatcher raises."""
+        try:
+            yield
+        except OutputError as exc:
+            self.pool.fatal = self.pool.fatal or exc
+            self.pool.notify()
 
     def _on_oom(self, batch_size: int) -> None:
         self._oom_events += 1

@@ -26,6 +26,12 @@ location (part file) holding its current rows. The rules that keep the output ex
 * A fingerprint of everything that changes the output (task, model and weights, dims,
   chunking, dtype, effective options) is stored, with the settings themselves (`meta.settings`,
   to say which one changed); another fingerprint is an error unless `--full`.
+* A damaged ledger (not a readable SQLite file) is never worked from: an incremental run
+  stops naming it (LedgerDamaged), and `--full`, which reads it through first, sets it aside
+  (`ledger.sqlite.damaged`) and starts a new one, which empties the output (as above). The
+  output's rows are no ledger: they lack the settings, the failures and the stale marks.
+* Errors of the file system or of the file (full, read-only, I/O) leave every method as one
+  OutputError naming the ledger (`_Guarded`); a transaction that failed is rolled back whole.
 * `meta.schema_version` says which rules wrote the ledger. A ledger without it (gpucli 0.1)
   fingerprinted only the options given on the command line: it is migrated on open when
   some subset of this run's effective options reproduces its fingerprint exactly (the
@@ -46,7 +52,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucli.errors import LockedError, UsageError
+from gpucli.errors import LockedError, OutputError, UsageError, os_error, sqlite_error
 from gpucli.records import Source
 
 SCHEMA = """
@@ -153,20 +159,63 @@ def made_with(directory: Path) -> dict | None:
     return settings if isinstance(settings, dict) else {}
 
 
-class Ledger:
-    """Thread-safe: reader threads look up, the writer thread marks done, the loop marks failed."""
+class _Guarded:
+    """The ledger's lock, which also names the ledger in its errors: every statement runs under
+    it, so an error the file system or the file caused (disk full, read-only, I/O error, a
+    damaged file) leaves any method as one OutputError naming the ledger (errors.sqlite_error);
+    any other goes up as it is (a bug)."""
 
-    def __init__(self, directory: Path, gpucli_version: str = "") -> None:
-        """`gpucli_version` (of this process) is stored with the settings: see `_only_new_options`."""
-        directory.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> _Guarded:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        self._lock.release()
+        if exc is not None:
+            translated = _ledger_error(exc, self.path)
+            if translated is not None:
+                raise translated from exc
+
+
+def _ledger_error(exc: BaseException, path: Path) -> OutputError | None:
+    if isinstance(exc, OutputError):
+        return None
+    if isinstance(exc, OSError):
+        return os_error(exc, str(path))
+    return sqlite_error(exc, str(path)) if isinstance(exc, sqlite3.Error) else None
+
+
+class Ledger:
+    """Thread-safe: reader threads look up, the writer thread marks done, the loop marks failed.
+    Errors of the file system or of the file are OutputError (LedgerDamaged: see `_Guarded`)."""
+
+    def __init__(self, directory: Path, gpucli_version: str = "", check: bool = False) -> None:
+        """`gpucli_version` (of this process) is stored with the settings: see `_only_new_options`.
+        `check`: read every page first (`pragma quick_check`, ~0.1 s per 500k inputs), so that a
+        damaged file is found now, not part way through the run."""
         self.gpucli_version = gpucli_version
         self._earlier_rows: bool | None = None  # inputs with rows before this run's first part (mark_done)
         self.path = directory / "ledger.sqlite"
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("pragma journal_mode=wal")
-        self._db.execute("pragma synchronous=full")
-        self._db.executescript(SCHEMA)
-        self._lock = threading.Lock()
+        self._lock = _Guarded(self.path)
+        self._db = None
+        with self._lock:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            try:
+                self._db.execute("pragma journal_mode=wal")
+                self._db.execute("pragma synchronous=full")
+                self._db.executescript(SCHEMA)
+                if check and self._db.execute("pragma quick_check(1)").fetchone()[0] != "ok":
+                    raise sqlite3.DatabaseError("pragma quick_check found it damaged")
+            except BaseException as exc:
+                self._db.close()
+                if isinstance(exc, sqlite3.DatabaseError) and not getattr(exc, "sqlite_errorname", ""):
+                    exc.sqlite_errorname = "SQLITE_CORRUPT"  # our own check's verdict
+                raise
 
     def close(self) -> None:
         with self._lock:

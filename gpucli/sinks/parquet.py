@@ -98,10 +98,15 @@ class ParquetSink(Sink):
         import pyarrow.parquet as pq
 
         tmp = self.dir / f".{name}.inprogress"
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, use_dictionary=["path"], write_statistics=["path"], row_group_size=8192)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                pq.write_table(table, f, use_dictionary=["path"], write_statistics=["path"], row_group_size=8192)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:  # a write to the open file names none: the message names the part
+            exc.filename = exc.filename or str(tmp)
+            tmp.unlink(missing_ok=True)  # what it took of a full disk
+            raise
         os.replace(tmp, self.dir / name)
         fsync_dir(self.dir)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from gpucli.config import RunConfig
 from gpucli.core import Job, RunSummary
-from gpucli.errors import RunFailedError, WorkerSetupError
+from gpucli.errors import OutputError, RunFailedError, WorkerSetupError
 from gpucli.progress import Counts, Progress
 from gpucli.reader import ReadChunk
 from gpucli.records import Failure, Source
@@ -67,7 +67,12 @@ class RayJob:
 
     def run(self, connector: Callable[[], Callable[[], None]]) -> RunSummary:
         with self.stops.installed():  # to the summary; then the handlers from before (not ray.init's)
-            return self._run(connector)
+            try:
+                return self._run(connector)
+            except OutputError as exc:  # the output side failed mid-run: the summary goes with the error
+                if self.job.opened:
+                    exc.summary = self._finish(exc)
+                raise
 
     def _run(self, connector: Callable[[], Callable[[], None]]) -> RunSummary:
         import ray.exceptions
@@ -221,11 +226,12 @@ class RayJob:
             accounts.durable(accounts.commit(part, self.job.output.sink.write(part.table)))
             self.write_s += time.perf_counter() - t0
 
-    def _finish(self) -> RunSummary:
+    def _finish(self, error: OutputError | None = None) -> RunSummary:
         """The core's summary; stage times are the busiest actor's. Inputs still with Ray after
         an interrupt never reached the Accounts: they count as unfinished here."""
         self.job.clocks["read"].seconds = max(self.seconds[CHUNK].values(), default=0.0)
-        summary = self.job.finish(self.stops.signum, max(self.seconds[BATCH].values(), default=0.0), 0.0, self.write_s)
+        summary = self.job.finish(self.stops.signum, max(self.seconds[BATCH].values(), default=0.0), 0.0, self.write_s,
+                                  error)
         summary.unfinished += len(self.sent)
         summary.inputs += len(self.sent)
         return summary
