@@ -13,6 +13,7 @@ from typing import Any
 
 from gpucli.config import RunConfig
 from gpucli.core import Job, RunSummary
+from gpucli.errors import DAMAGED_HINT, LedgerDamaged, UsageError, sqlite_error
 from gpucli.sinks import open_sink
 from gpucli.tables import split_key
 
@@ -63,11 +64,20 @@ class _Ledger:
         one without a `-wal` (closed cleanly: no run is writing it, its rows are all in the main
         file) is opened `immutable`, which makes and locks nothing: the output stays byte for
         byte as it was. With a `-wal` (a run is writing, or one died) both files are there
-        already, and a plain read-only open sees what that run committed."""
+        already, and a plain read-only open sees what that run committed. A damaged file is
+        read through at open (quick_check) and named, with what to do (errors.LedgerDamaged)."""
         self._db = None
         if path.is_file():
             wal = path.with_name(path.name + "-wal").exists()
             self._db = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if wal else 'immutable=1'}", uri=True)
+            try:
+                verdict = self._db.execute("pragma quick_check(1)").fetchone()[0]
+            except sqlite3.DatabaseError as exc:
+                error = sqlite_error(exc, str(path))
+                raise UsageError(f"its ledger {error}" if isinstance(error, LedgerDamaged)
+                                 else f"cannot read its ledger {path}: {exc}") from None
+            if verdict != "ok":
+                raise UsageError(f"its ledger {LedgerDamaged(str(path), verdict, DAMAGED_HINT)}")
 
     def decide(self, source: Any) -> tuple[str, str]:
         if self._db is None:
