@@ -6,7 +6,8 @@ owns time limits. This module imports nothing heavy: each format's library is im
 first call of its extractor (`gpucli --help` must not load PDFium or lxml).
 
 Every failure of a document, from our code or a library's, is an InputError("decode", reason):
-a bad file or a decoder bug costs that file, never the run.
+a bad file or a decoder bug costs that file, never the run. MemoryError alone passes through:
+the pool that runs extractors under a memory cap reports it with the cap.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ class LazyExtractor:
                                        f"pip install {self.library}") from None
         try:
             document = run(data)
-        except InputError:
-            raise
+        except (InputError, MemoryError):
+            raise  # MemoryError: the caller's memory cap (gpucli/limited.py) names the bound, not the file
         except Exception as error:  # a library's bug or a broken file: one failure, not the run
             raise InputError("decode", f"not a valid {self.label} file ({short_reason(error)})") from error
         if not document.text.strip():
