@@ -178,3 +178,16 @@ def test_sigkill_of_the_command_then_rerun_gives_every_input_once(tree, tmp_path
     counts = Counter((r["path"], r["chunk"]) for r in read_rows(out))
     assert set(p for p, _ in counts) == set(files)
     assert max(counts.values()) == 1 and len(counts) == 800
+
+
+def test_an_earlier_runs_output_inside_the_tree_is_not_read_by_a_later_run(tree, tmp_path):
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
+    first = run_fake([root], root / "vectors.jsonl")
+    assert first.succeeded == 2
+    later = run_fake([root], root / "vectors.parquet", include=("*.txt", "*.jsonl"))
+    assert (later.succeeded, later.failed, later.exit_code) == (2, 0, 0)
+    assert paths_in(root / "vectors.parquet") == ["a.txt", "b.txt"]
+    again = run_fake([root], root / "other.parquet", include=("*",))  # nor the second's, nor the state
+    assert paths_in(root / "other.parquet") == ["a.txt", "b.txt"]
+    assert run_fake([root / "vectors.jsonl"], tmp_path / "explicit.parquet", include=("*",)).succeeded == 1
+    assert again.exit_code == 0

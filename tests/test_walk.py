@@ -255,3 +255,39 @@ def test_the_walk_comes_in_bounded_blocks_numbered_in_order(tmp_path, monkeypatc
     assert [e.path for e in entries] == [f.source.path if f.source else f.failure.path
                                          for f in walk([str(tmp_path)], TXT)]
     assert [e.path for e in entries if not isinstance(e, Source)] == ["a/05b.txt"]
+
+
+# --- other gpucli outputs inside the tree (issue 33, case 6) ------------------------------------------
+def _outputs_tree(root: Path) -> None:
+    """The user's files, and what earlier gpucli runs wrote into the same tree."""
+    (root / "notes").mkdir(parents=True)
+    (root / "notes" / "a.txt").write_text("alpha\n")
+    (root / "data.jsonl").write_text('{"mine": 1}\n')  # a user's JSON lines file: no state beside it
+    (root / "vectors.jsonl").write_text('{"path": "notes/a.txt", "chunk": 0}\n')
+    (root / "vectors.jsonl.gpucli").mkdir()
+    (root / "vectors.jsonl.gpucli" / "ledger.sqlite").write_bytes(b"")
+    (root / "vectors.jsonl.gpucli" / "lock").write_text("")
+    (root / "vectors.failures.jsonl").write_text("")
+    (root / "sub" / "rows.parquet" / "_gpucli").mkdir(parents=True)
+    (root / "sub" / "rows.parquet" / "_gpucli" / "ledger.sqlite").write_bytes(b"")
+    (root / "sub" / "rows.parquet" / "part-00000.parquet").write_bytes(b"PAR1")
+    (root / "sub" / "rows.parquet" / "notes.txt").write_text("inside an output\n")
+    (root / "sub" / "rows.failures.jsonl").write_text('{"path": "x.txt", "stage": "decode", "error": "binary"}\n')
+    (root / "old.failures.jsonl").write_text('{"path": "y.txt", "stage": "read", "error": "gone"}\n')  # output moved
+    (root / "mine.failures.jsonl").write_text('{"what": "a user file named like one"}\n')
+    (root / "qdrant_data" / "docs.gpucli").mkdir(parents=True)
+    (root / "qdrant_data" / "docs.gpucli" / "ledger.sqlite").write_bytes(b"")
+    (root / "qdrant_data" / "meta.json").write_text("{}")
+    (root / "qdrant_data" / "docs.failures.jsonl").write_text("")
+
+
+def test_another_gpucli_output_its_state_and_any_failures_file_are_not_inputs(tmp_path):
+    _outputs_tree(tmp_path / "in")
+    assert sorted(paths([tmp_path / "in"], WalkFilter((), include=("*",)))) == [
+        "data.jsonl", "mine.failures.jsonl", "notes/a.txt"]
+
+
+def test_an_output_named_as_a_root_is_read(tmp_path):
+    _outputs_tree(tmp_path / "in")
+    assert paths([tmp_path / "in" / "vectors.jsonl"], EMBED_LIKE) == ["vectors.jsonl"]
+    assert paths([tmp_path / "in" / "sub" / "rows.parquet"]) == ["notes.txt"]
