@@ -513,6 +513,11 @@ def test_html_inline_elements_do_not_break_a_sentence():
         == "This is bold text, italic and one."
 
 
+def test_html_table_cells_are_tab_separated_and_an_empty_cell_keeps_its_column():
+    table = b"<table><tr><th>Name</th><th>Age</th></tr><tr><td></td><td>31</td></tr><tr><td> </td><td></td></tr></table>"
+    assert extract("html", table).text == "Name\tAge\n\t31"
+
+
 def test_html_in_a_declared_legacy_charset_is_decoded_by_its_meta_tag():
     page = '<html><head><meta charset="windows-1251"></head><body><p>Привет, мир</p></body></html>'
     assert extract("html", page.encode("cp1251")).text == "Привет, мир"

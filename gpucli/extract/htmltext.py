@@ -174,9 +174,9 @@ class _TextWriter:
 
     def end_line(self) -> None:
         self.end_cell()
-        line = "\t".join(self.cells).strip()
+        line = "\t".join(self.cells).rstrip()  # a leading empty cell keeps its tab: columns stay put
         self.cells.clear()
-        if line:
+        if line.strip():
             self.lines.append(line)
 
     def end_paragraph(self) -> None:
