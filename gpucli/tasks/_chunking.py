@@ -1,0 +1,124 @@
+"""Where a long document's token windows start and end: at the text's own boundaries.
+
+A window of W tokens, consecutive windows sharing about `overlap` tokens. Cut by count alone,
+windows start and end mid-word ("'s magnetic field; ..." was a search hit's first line). The
+rule, for a window that does not reach the end of the document:
+
+1. it ends after the last paragraph break (a blank line) among its last L tokens, else
+2. after the last sentence end among them (., ! or ?, or their CJK forms, then white
+   space; a CJK full stop needs none), else
+3. at the last word boundary among its last W/2 tokens (never between two letters or digits
+   that touch: "magnet|ic" is inside a word, "field|;" and "field| the" are not), else
+4. at W tokens (a "word" longer than half a window: a URL, a base64 blob, a line of CJK with
+   no punctuation at all; cut where the count says).
+
+L is the overlap (at least W/8, so that a window with no overlap still looks back). The next
+window starts `overlap` tokens before the previous end, moved back to the start of its word
+(never at or before the previous start), so a chunk also never starts inside a word.
+
+Example (W = 12, overlap = 4): "The Sun is a star. It is hot and bright. Earth orbits it."
+cut by count ends the first window at "It is hot and"; here it ends after "a star.", and the
+second starts at "a star." (4 tokens back, at a word start).
+
+A document that fits one window is one chunk, as before: its vector does not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+SENTENCE_ENDS = frozenset(".!?")
+CJK_SENTENCE_ENDS = frozenset("。！？")
+
+
+def windows(count: int, window: int, overlap: int) -> list[tuple[int, int]]:
+    """[start, end) token ranges covering all `count` tokens, `overlap` tokens shared, by count
+    alone (the rule when there is no text to look at)."""
+    step = window - overlap
+    spans = []
+    start = 0
+    while True:
+        end = min(start + window, count)
+        spans.append((start, end))
+        if end >= count:
+            return spans
+        start += step
+
+
+def text_windows(text: str, offsets: Sequence[Any], window: int, overlap: int) -> list[tuple[int, int]]:
+    """[start, end) token ranges covering all tokens of `text` (`offsets[k]` = token k's
+    (char start, char end)), ending and starting at the text's boundaries (module doc)."""
+    count = len(offsets)
+    look = max(overlap, window // 8, 1)
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while True:
+        end = min(start + window, count)
+        if end < count:
+            end = _best_end(text, offsets, start, end, look)
+        spans.append((start, end))
+        if end >= count:
+            return spans
+        start = _next_start(text, offsets, start, end, overlap)
+
+
+def _best_end(text: str, offsets: Sequence[Any], start: int, end: int, look: int) -> int:
+    """The end (a token index) of a window [start, end) by rules 1-4."""
+    lowest = max(start + 1, end - look)
+    sentence = 0
+    for k in range(end, lowest - 1, -1):  # k: the window ends before token k
+        gap = text[int(offsets[k - 1][1]):int(offsets[k][0])]
+        if "\n" in gap and gap.count("\n") >= 2:
+            return k
+        if not sentence and _ends_sentence(text, offsets, k, gap):
+            sentence = k
+    if sentence:
+        return sentence
+    for k in range(end, max(start + 1, end - (end - start) // 2) - 1, -1):
+        if _word_boundary(text, offsets, k):
+            return k
+    return end
+
+
+def _next_start(text: str, offsets: Sequence[Any], start: int, end: int, overlap: int) -> int:
+    """`overlap` tokens before `end`, moved back to a word's start; always after `start`."""
+    first = end - overlap
+    if first <= start:
+        return end if end > start else start + 1
+    k = first
+    while k > start + 1 and not _word_boundary(text, offsets, k):
+        k -= 1
+    return k if _word_boundary(text, offsets, k) else first
+
+
+def _ends_sentence(text: str, offsets: Sequence[Any], k: int, gap: str) -> bool:
+    """Whether token k-1 ends a sentence: its last character is a sentence end followed by white
+    space (or a CJK one, which needs none)."""
+    last = text[int(offsets[k - 1][1]) - 1] if int(offsets[k - 1][1]) > 0 else ""
+    if last in CJK_SENTENCE_ENDS:
+        return True
+    return last in SENTENCE_ENDS and gap[:1].isspace()
+
+
+def _word_boundary(text: str, offsets: Sequence[Any], k: int) -> bool:
+    """Whether a window may end before token k (and the next start at it): something lies
+    between tokens k-1 and k, or the characters that touch there are not both word characters
+    of a spaced script (CJK characters are words of their own)."""
+    left_end, right_start = int(offsets[k - 1][1]), int(offsets[k][0])
+    if right_start > left_end:
+        return True
+    if left_end <= 0 or right_start >= len(text):
+        return True
+    a, b = text[left_end - 1], text[right_start]
+    return not (_wordy(a) and _wordy(b))
+
+
+def _wordy(char: str) -> bool:
+    return char.isalnum() and not _cjk(char)
+
+
+def _cjk(char: str) -> bool:
+    code = ord(char)
+    return (0x2E80 <= code <= 0x9FFF or 0xAC00 <= code <= 0xD7AF or 0xF900 <= code <= 0xFAFF
+            or 0x20000 <= code <= 0x3FFFF)

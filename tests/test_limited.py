@@ -1,0 +1,87 @@
+"""gpucli/limited.py: calls in child processes under a time limit and a memory cap."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from gpucli.errors import InputError
+from gpucli.limited import LimitedPool, Limits
+
+pytestmark = pytest.mark.slow  # spawns processes
+
+TARGET = "tests.limited_targets:act"
+
+
+@pytest.fixture
+def pool():
+    pool = LimitedPool(TARGET, 2, Limits(timeout_s=2.0, memory_mb=1024))
+    yield pool
+    pool.close()
+
+
+def test_results_come_back_in_the_order_of_the_calls(pool):
+    calls = [("echo", str(i)) for i in range(20)]
+    assert pool.map(calls) == [str(i) for i in range(20)]
+
+
+def test_an_input_error_raised_in_the_child_is_returned_with_its_stage(pool):
+    [got] = pool.map([("input", "encrypted PDF")])
+    assert isinstance(got, InputError) and got.stage == "decode" and str(got) == "encrypted PDF"
+
+
+def test_a_call_past_its_time_limit_is_stopped_and_the_others_go_on(pool):
+    got = pool.map([("sleep", "60"), ("echo", "a"), ("echo", "b")])
+    assert isinstance(got[0], InputError) and "took over 2 s" in str(got[0]) and "--extract-timeout" in str(got[0])
+    assert got[1:] == ["a", "b"]
+    assert pool.map([("echo", "after")]) == ["after"]  # the killed child was replaced
+
+
+def test_a_child_that_dies_costs_its_call_only(pool):
+    got = pool.map([("die", ""), ("echo", "a")])
+    assert isinstance(got[0], InputError) and "died" in str(got[0])
+    assert got[1] == "a"
+    assert pool.map([("echo", "b")]) == ["b"]
+
+
+def test_memory_past_the_cap_is_a_failure_not_the_hosts_oom(pool):
+    [got] = pool.map([("allocate", str(4 << 30))])
+    assert isinstance(got, InputError) and "memory" in str(got)
+
+
+def test_a_bug_in_the_function_is_one_failure(pool):
+    [got] = pool.map([("bug", "")])
+    assert isinstance(got, InputError) and "ZeroDivisionError" in str(got)
+
+
+def test_threads_share_the_children_and_never_start_more_than_the_size(pool):
+    results: list[list] = []
+
+    def call(k: int) -> None:
+        results.append(pool.map([("pid", "")] * 4))
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    pids = {pid for got in results for pid in got}
+    assert len(results) == 4 and 1 <= len(pids) <= 2 and os.getpid() not in pids
+
+
+def test_children_leave_when_the_pool_closes():
+    pool = LimitedPool(TARGET, 1, Limits(timeout_s=5.0))
+    [pid] = pool.map([("pid", "")])
+    pool.close()
+    deadline = time.monotonic() + 10  # a hang guard, not a speed check
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the child outlived its pool")
