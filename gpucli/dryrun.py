@@ -2,7 +2,8 @@
 a lock or a write. One JSON line per input on stdout: {"path", "action", "reason"}, where
 action is `run` (new, changed, or failed before), `unchanged` (done with the same size and
 mtime: a run skips it without reading it), `fail` or `skip` (the walk's own records), or
-`prune` (with --prune: done earlier, gone now, where the walk could see)."""
+`prune` (with --prune: done earlier, gone now, where the walk could see). A task that reads
+several formats (embed) adds `format`: what the input would be read as ("pdf", "html", "text")."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def dry_run(config: RunConfig) -> RunSummary:
         action, reason = known.decide(source) if config.incremental else ("run", "--full")
         summary.unchanged += action == "unchanged"
         summary.succeeded += action == "run"  # what a run would process
-        _say(source.path, action, reason)
+        _say(source.path, action, reason, job.task_cls.read_as(source.path))
     if config.prune:
         for path in known.done_paths() - seen:
             if job.report.may_prune(path, config.prune_all):
@@ -50,10 +51,11 @@ def dry_run(config: RunConfig) -> RunSummary:
     return summary
 
 
-def _say(path: str, action: str, reason: str) -> None:
+def _say(path: str, action: str, reason: str, read_as: str | None = None) -> None:
     path, record_id = split_key(path)  # a table's record (embed --from): `path` and `id`
     where = {"path": path} if record_id is None else {"path": path, "id": record_id}
-    print(json.dumps({**where, "action": action, "reason": reason}, ensure_ascii=False), flush=True)
+    shown = {"format": read_as} if read_as and record_id is None else {}  # what the input would be read as
+    print(json.dumps({**where, "action": action, "reason": reason, **shown}, ensure_ascii=False), flush=True)
 
 
 class _Ledger:

@@ -287,7 +287,7 @@ class ReaderProcesses:
 
         self.count = count
         self._pool = ProcessPoolExecutor(count, mp_context=mp.get_context("spawn"), initializer=_reader_init,
-                                         initargs=(spec,))
+                                         initargs=(spec, count))
 
     def submit(self, sources: list[Source], max_bytes: int, known: dict[str, Any] | None) -> Any:
         """Read and prepare one chunk in a reader process: a future of what `result` takes."""
@@ -332,11 +332,13 @@ def _died(sources: list[Source]) -> Exception:
 _READER_TASK: Any = None
 
 
-def _reader_init(spec: Any) -> None:
+def _reader_init(spec: Any, readers: int = 1) -> None:
+    from gpucli import limited
     from gpucli.signals import leave_to_parent
     from gpucli.tasks import create_task
 
     leave_to_parent()
+    limited.SHARING_CORES = readers  # each reader's extraction children get a share of the cores
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per reader process
     global _READER_TASK
     _READER_TASK = create_task(spec)

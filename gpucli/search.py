@@ -34,6 +34,7 @@ class Hit:
     text: str = ""
     char_start: int | None = None
     char_end: int | None = None
+    page: int | None = None  # the PDF page or slide, from 1; None where the format has none
 
     def to_dict(self, rank: int) -> dict[str, Any]:
         return {"rank": rank, **asdict(self), "score": round(self.score, 6)}
@@ -128,7 +129,7 @@ class ParquetIndex:
         meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
         self.model = meta.get("gpucli.model", "")
         self.query_prompt = meta.get("gpucli.query_prompt")  # None: an output made before prompts were recorded
-        self.columns = [c for c in ("path", "chunk", "text", "char_start", "char_end") if c in schema.names]
+        self.columns = [c for c in ("path", "chunk", "page", "text", "char_start", "char_end") if c in schema.names]
         if not self.model or "embedding" not in schema.names or "path" not in schema.names:
             raise UsageError(f"--in {where}: not a gpucli embed output (no gpucli.model metadata or no "
                              "embedding column); make one with `gpucli embed DIR --out OUT.parquet`")
@@ -176,7 +177,7 @@ class TopK:
         rows = batch.select([c for c in batch.schema.names if c != "embedding"]).take(picked).to_pylist()
         for i, row in zip(picked, rows):
             self.best.append(Hit(float(scores[i]), row["path"], int(row.get("chunk") or 0), row.get("text") or "",
-                                 row.get("char_start"), row.get("char_end")))
+                                 row.get("char_start"), row.get("char_end"), row.get("page")))
         self.best.sort(key=lambda h: (-h.score, h.path, h.chunk))
         del self.best[self.k:]
 
@@ -221,7 +222,7 @@ class QdrantIndex:
         for point in response.points:
             p = point.payload or {}
             hits.append(Hit(float(point.score), str(p.get("path", "")), int(p.get("chunk") or 0),
-                            str(p.get("text") or ""), p.get("char_start"), p.get("char_end")))
+                            str(p.get("text") or ""), p.get("char_start"), p.get("char_end"), p.get("page")))
         return hits
 
     def close(self) -> None:
@@ -239,7 +240,8 @@ def render(result: SearchResult, as_json: bool, console: Any = None) -> None:
         _table(result, console)
     else:
         for hit in result.hits:
-            print(f"{hit.score:.4f}\t{hit.path}\t{hit.chunk}\t{snippet(hit.text)}")
+            page = "" if hit.page is None else hit.page
+            print(f"{hit.score:.4f}\t{hit.path}\t{hit.chunk}\t{page}\t{snippet(hit.text)}")
     scanned = f"{result.rows_scanned} rows scanned, " if result.rows_scanned is not None else ""
     print(f"gpucli search: {len(result.hits)} hits from {result.source} (model {result.model}; {scanned}"
           f"query embedded in {result.embed_s:.2f}s, searched in {result.search_s:.3f}s)", file=sys.stderr)
@@ -253,10 +255,14 @@ def _table(result: SearchResult, console: Any = None) -> None:
     from rich.text import Text
 
     table = Table(show_lines=False)
-    for name, justify in (("score", "right"), ("path", "left"), ("chunk", "right"), ("snippet", "left")):
+    paged = any(hit.page is not None for hit in result.hits)  # a page column only where some hit has one
+    columns = (("score", "right"), ("path", "left"), ("chunk", "right")) + ((("page", "right"),) if paged else ()) \
+        + (("snippet", "left"),)
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold" if name != "snippet" else "ellipsis")
     for hit in result.hits:
-        table.add_row(f"{hit.score:.4f}", Text(hit.path), str(hit.chunk), Text(snippet(hit.text)))
+        page = (("" if hit.page is None else str(hit.page)),) if paged else ()
+        table.add_row(f"{hit.score:.4f}", Text(hit.path), str(hit.chunk), *page, Text(snippet(hit.text)))
     (console or Console()).print(table)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow.dataset as ds
@@ -84,7 +85,7 @@ def test_embed_sample_docs_through_the_cli(tmp_path, monkeypatch):
     assert devices and set(devices) == {"cpu"}
     assert processes is None or len(os.sched_getaffinity(0)) > 8, "a real model on the CPU: the parent reads in threads"
     summary = json.loads(result.stdout)
-    n_files = sum(1 for _, _, files in os.walk(SAMPLE / "docs") for f in files if f.endswith(".txt"))
+    n_files = sum(len(files) for _, _, files in os.walk(SAMPLE / "docs"))  # text, and PDF, DOCX, PPTX, HTML
     assert summary["inputs"] == summary["succeeded"] == n_files and summary["failed"] == 0
     for key in ("task", "model", "inputs", "succeeded", "failed", "skipped", "rows", "out", "failures_file",
                 "elapsed_s", "stage_seconds", "items_per_s", "exit_code"):
@@ -92,14 +93,35 @@ def test_embed_sample_docs_through_the_cli(tmp_path, monkeypatch):
     table = ds.dataset(str(out), format="parquet").to_table()
     assert table.num_rows == summary["rows"] > n_files  # the long documents have several chunks
     assert str(table.schema.field("embedding").type) == "fixed_size_list<element: float>[384]"
-    assert table.column_names == ["path", "chunk", "char_start", "char_end", "text", "embedding", "size", "mtime",
-                                  "digest"]
+    assert table.column_names == ["path", "chunk", "page", "char_start", "char_end", "text", "embedding", "size",
+                                  "mtime", "digest"]
     part = next(out.glob("part-*.parquet"))
     meta = pq.read_schema(part).metadata
     assert meta[b"gpucli.model"] == b"minilm" and meta[b"gpucli.dims"] == b"384"
     paths = set(table.column("path").to_pylist())
-    assert "zh/gbk_tea.txt" in paths and not any(p.startswith("/") for p in paths)
-    gbk_text = "".join(r["text"] for r in table.filter(ds.field("path") == "zh/gbk_tea.txt").to_pylist())
+    assert "formats/solar_system.pdf" in paths and not any(p.startswith("/") for p in paths)
+    pages = {r["path"]: r["page"] for r in table.select(["path", "page"]).to_pylist()}
+    assert pages["formats/solar_system.pdf"] == 1 and pages["formats/volcanoes.pptx"] == 1
+    assert pages["formats/tea.docx"] is None and pages["science/volcanoes.txt"] is None
+
+
+def test_chinese_sample_is_refused_by_the_english_model_unless_allowed(tmp_path):
+    """sample_data/zh: the default model cannot read Chinese (its [UNK] share is ~60-75%): each file is a
+    failure record naming a multilingual model; --allow-unknown-tokens embeds them, GBK decoded."""
+    out = tmp_path / "zh.parquet"
+    result = CliRunner().invoke(app, ["embed", str(SAMPLE / "zh"), "--out", str(out), "--json", "--quiet"])
+    assert result.exit_code == 1, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["failed"] == summary["unknown_tokens"] == summary["inputs"] == 7
+    records = [json.loads(line) for line in Path(summary["failures_file"]).read_text().splitlines()]
+    assert {r["stage"] for r in records} == {"preprocess"}
+    assert all("unknown to the model" in r["error"] and "multilingual" in r["error"] for r in records)
+    result = CliRunner().invoke(app, ["embed", str(SAMPLE / "zh"), "--out", str(out), "--json", "--quiet",
+                                      "--allow-unknown-tokens"])
+    assert result.exit_code == 0, result.stderr  # the failed inputs are retried; no --full for the flag
+    assert json.loads(result.stdout)["succeeded"] == 7
+    table = ds.dataset(str(out), format="parquet").to_table()
+    gbk_text = "".join(r["text"] for r in table.filter(ds.field("path") == "gbk_tea.txt").to_pylist())
     assert "茶" in gbk_text
 
 
@@ -172,7 +194,9 @@ def test_ascii_texts_take_their_spans_from_the_text_and_match_the_tokenizers_off
     must give the tokenizer's own first and last offsets, and the same ids."""
     import random
 
-    task = create_task(TaskSpec("embed", "minilm"))
+    from gpucli.tasks._text import decode_text
+
+    task = create_task(TaskSpec("embed", "minilm", {"allow_unknown_tokens": True}))  # "x" * 120 is one [UNK]
     task.open()
     assert task._ends_from_text
     rng = random.Random(7)
@@ -195,7 +219,7 @@ def test_ascii_texts_take_their_spans_from_the_text_and_match_the_tokenizers_off
     block, failures = task.prepare_many(sources, [t.encode() for t in texts])
     assert not failures and len(block) == len(texts)
     for i, sid in enumerate(block.source_ids.tolist()):
-        text = texts[sid]
+        text = decode_text(texts[sid].encode())  # what the tokenizer saw: the hard control characters removed
         encoding = task.tokenizer.encode(text, add_special_tokens=False)
         assert block.meta["char_start"][i] == encoding.offsets[0][0], repr(text)
         assert block.meta["char_end"][i] == encoding.offsets[-1][1], repr(text)

@@ -91,6 +91,11 @@ class Task:
     read_chunk_files: ClassVar[int] = 64  # files per reader thread call (8 calls in flight): decoded
     # inputs wait in memory, so tasks with big decoded inputs read fewer at a time
 
+    @classmethod
+    def read_as(cls, path: str) -> str | None:
+        """The format an input at `path` is read as, for `--dry-run` (None: the task has one)."""
+        return None
+
     def reader_processes(self, cores: int, devices: list[str]) -> int:
         """Reader processes by default on a host with `cores` whose workers run on `devices`
         (0 = read in threads). Called on the opened task. A task whose `prepare` is CPU work in

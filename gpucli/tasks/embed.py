@@ -19,8 +19,12 @@ import numpy as np
 from gpucli.backends import export_notices, host_devices, pin_choice, quantize_info, resolve_backend
 from gpucli.backends.onnx import FUSED_MODEL_TYPES, text_encoder_cached
 from gpucli.errors import InputError, UsageError
+from gpucli.extract import Document, extractor_versions, format_for
+from gpucli.extract import suffixes as document_suffixes
 from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
-from gpucli.records import Failure, Item, Items, Ragged, Source
+from gpucli.records import UNKNOWN_TOKENS, Failure, Item, Items, Ragged, Source
+from gpucli.tasks._chunking import text_windows
+from gpucli.tasks._documents import Documents
 from gpucli.tasks._spans import ascii_ends, ends_from_text
 from gpucli.tasks._st_modules import (
     apply_lower_case,
@@ -32,7 +36,7 @@ from gpucli.tasks._st_modules import (
     split_prompt,
 )
 from gpucli.tasks._st_modules import info as st_info
-from gpucli.tasks._text import decode_text
+from gpucli.tasks._unknown import Unknown
 from gpucli.tasks.base import ModelEntry, Task, per_core
 
 
@@ -75,6 +79,16 @@ class EmbedOptions:
         "help": "Text to put before every chunk, instead of a named prompt.", "flag": "--prefix",
         "default_help": "none"})
     # --- end model fidelity --------------------------------------------------------------------------------
+    # --- documents (issue 26): neither changes a vector, so neither is in the output's fingerprint ---------
+    allow_unknown_tokens: bool = field(default=False, metadata={
+        "help": "Embed inputs even when over 20% of their words' tokens are unknown to the model (a language "
+                "its vocabulary does not cover: such vectors are poor). Without it they are failure records "
+                "naming a model that reads them.", "flag": "--allow-unknown-tokens",
+        "default_help": "off", "fingerprint": False})
+    extract_timeout: float = field(default=120.0, metadata={
+        "help": "Seconds one document (PDF, DOCX, HTML...) may take to extract; a slower one becomes a failure "
+                "record and the run goes on.", "flag": "--extract-timeout", "fingerprint": False})
+    # --- end documents ---------------------------------------------------------------------------------------
     backend: str = field(default="torch", metadata={
         "help": "Inference runtime: torch; onnx (ONNX Runtime: the model is exported once into "
                 "~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); auto (onnx on a host without a GPU for a "
@@ -96,6 +110,8 @@ class EmbedOptions:
             raise ValueError("--quantize must be int8 or empty")
         if self.chunk_tokens < 0 or self.chunk_overlap < 0:
             raise ValueError("--chunk-tokens and --chunk-overlap must be 0 or positive")
+        if not self.extract_timeout > 0:
+            raise ValueError("--extract-timeout must be above 0 seconds")
 
 
 def resolve_model(model: str) -> str:
@@ -115,8 +131,10 @@ class EmbedTask(Task):
   gpucli embed ./docs --model BAAI/bge-small-en-v1.5 --devices cuda:0,1
   gpucli embed a.txt b.md --include '*.md' --chunk-tokens 128
   gpucli embed --from posts.parquet --text-column body --id-column id   # one input per row"""
-    suffixes = (".txt", ".md", ".markdown", ".rst", ".text", ".csv", ".tsv", ".json", ".jsonl", ".html", ".htm",
-                ".xml", ".tex", ".log", ".py", ".org", ".adoc")
+    # plain text, then every document format gpucli/extract/ reads (PDF, DOCX, PPTX, ODT, ODP, EPUB, HTML, XML,
+    # RTF, notebooks, e-mail)
+    suffixes = tuple(dict.fromkeys((".txt", ".md", ".markdown", ".rst", ".text", ".csv", ".tsv", ".json", ".jsonl",
+                                    ".tex", ".log", ".py", ".org", ".adoc") + document_suffixes()))
     Options = EmbedOptions
     reads_tables = True  # --from TABLE: texts from a table's rows (gpucli/tables.py)
     default_model = "minilm"
@@ -137,6 +155,12 @@ class EmbedTask(Task):
     # thread wake-up, pickling both ways): 256 one-sentence files a call took 1.9 s less of the
     # parent's CPU per 100k files than 64 (reader.CHUNK_BYTES still bounds a chunk of big files).
     read_chunk_files = 256
+
+    @classmethod
+    def read_as(cls, path: str) -> str:
+        """A document format's name ("pdf", "docx", "html"...: gpucli/extract/), else "text"."""
+        fmt = format_for(path)
+        return fmt.name if fmt is not None else "text"
 
     def reader_processes(self, cores: int, devices: list[str]) -> int:
         """Tokenizing is the parent's heaviest work: in reader processes the event loop, the
@@ -208,6 +232,8 @@ class EmbedTask(Task):
         if not self._in_worker:
             self.notices = export_notices(self.runtime, lambda: text_encoder_cached(self.path, self.options.quantize))
         self.pad_id = int(config.get("pad_token_id") or 0)
+        self.documents = Documents(self.options.extract_timeout)  # documents (issue 26)
+        self.unknown = Unknown.of(self.tokenizer, self.spec.model)
         hidden = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
         layers = int(config.get("num_hidden_layers") or config.get("n_layers") or config.get("num_layers") or 1)
         inner = int(config.get("intermediate_size") or config.get("hidden_dim") or config.get("d_ff") or 4 * hidden)
@@ -230,36 +256,34 @@ class EmbedTask(Task):
         return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
                 "gpucli.max_tokens": str(self.max_tokens),
                 **st_info(self.st, self.options.normalize, self.prompts), **hub_info(self.resolved),
-                "gpucli.runtime": self.runtime, **quantize_info(self.options.quantize)}  # issues 14, 16
+                "gpucli.runtime": self.runtime, **quantize_info(self.options.quantize),  # issues 14, 16
+                "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True)}  # issue 26
 
     def schema(self):
         import pyarrow as pa
 
-        return pa.schema([("chunk", pa.int32()), ("char_start", pa.int64()), ("char_end", pa.int64()),
-                          ("text", pa.string()), ("embedding", pa.list_(pa.float32(), self.dims))])
+        return pa.schema([("chunk", pa.int32()), ("page", pa.int32()), ("char_start", pa.int64()),
+                          ("char_end", pa.int64()), ("text", pa.string()),
+                          ("embedding", pa.list_(pa.float32(), self.dims))])
 
     def prepare_many(self, sources: list[Source], datas: list[bytes]) -> tuple[Items | None, list[Failure]]:
-        """Decode a chunk of files, tokenize them in one `encode_batch` (it releases the GIL
-        and uses the cores), and cut token windows into one block: the ids of every window as
-        one flat array (`Ragged`; overlapping windows share a document's ids), the row columns
-        as arrays. No per-token Python; a loop per document and per window only."""
-        texts, kept, failures = [], [], []
-        for source, data in zip(sources, datas):
-            try:
-                text = decode_text(data)
-                if not text.strip():
-                    raise InputError("decode", "no text (the file holds only whitespace)")
-            except InputError as exc:
-                failures.append(Failure(source.path, exc.stage, str(exc)))
-                continue
-            texts.append(text)
-            kept.append(source)
+        """Decode or extract a chunk of files (gpucli/tasks/_documents.py), tokenize them in one
+        `encode_batch` (it releases the GIL and uses the cores), refuse the texts the model cannot
+        read (`_unknown.py`), and cut token windows at the text's boundaries (`_chunking.py`) into
+        one block: the ids of every window as one flat array (`Ragged`; overlapping windows share a
+        document's ids), the row columns as arrays. No per-token Python for a text the model reads;
+        a loop per document and per window only."""
+        docs, failures = self.documents.read(sources, datas)
         cut = _Windows(self.window, self.options.chunk_overlap)
-        for source, text, (ids, offsets) in zip(kept, texts, self._tokenize(texts)):
+        for (source, doc), (ids, offsets) in zip(docs, self._tokenize([doc.text for _, doc in docs])):
             if len(ids) == 0:
                 failures.append(Failure(source.path, "preprocess", "the tokenizer found no tokens in this text"))
+                continue
+            refused = None if self.options.allow_unknown_tokens else self.unknown.refusal(doc.text, ids, offsets)
+            if refused is not None:
+                failures.append(Failure(source.path, "preprocess", refused, cause=UNKNOWN_TOKENS))
             else:
-                cut.add(source.id, text, ids, offsets)
+                cut.add(source.id, doc, ids, offsets)
         extra = len(self.prefix) + len(self.prompt_ids) + len(self.suffix)
         return cut.block(extra), failures
 
@@ -386,7 +410,9 @@ class EmbedTask(Task):
         if vectors.shape != (len(items), self.dims):
             raise ValueError(f"expected {len(items)} vectors of {self.dims} dims, got an array of {vectors.shape}")
         embedding = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), self.dims)
+        page = items.meta["page"]
         table = pa.table({"chunk": pa.array(items.index, pa.int32()),
+                          "page": pa.array(page, pa.int32(), mask=page == 0),
                           "char_start": pa.array(items.meta["char_start"], pa.int64()),
                           "char_end": pa.array(items.meta["char_end"], pa.int64()),
                           "text": pa.array(items.meta["text"], pa.string()), "embedding": embedding})
@@ -419,29 +445,34 @@ class _Windows:
         self.index: list[int] = []
         self.starts: list[int] = []
         self.lengths: list[int] = []
+        self.page: list[int] = []  # 0: the format has no pages (a null in the row)
         self.char_start: list[int] = []
         self.char_end: list[int] = []
         self.text: list[str] = []
 
-    def add(self, source_id: int, text: str, ids: Any, offsets: Any) -> None:
+    def add(self, source_id: int, doc: Document, ids: Any, offsets: Any) -> None:
+        text = doc.text
         if len(ids) <= self.window:  # one window: most files of a tree of short texts
             first, last = int(offsets[0][0]), int(offsets[-1][1])
             self.sources.append(source_id)
             self.index.append(0)
             self.starts.append(self.size)
             self.lengths.append(len(ids))
+            self.page.append((doc.page_at(first) or 0) if doc.pages else 0)
             self.char_start.append(first)
             self.char_end.append(last)
             self.text.append(text[first:last])
             self.ids.append(ids)
             self.size += len(ids)
             return
-        for number, (start, end) in enumerate(windows(len(ids), self.window, self.overlap)):
+        # at paragraph, sentence or word boundaries (tasks/_chunking.py)
+        for number, (start, end) in enumerate(text_windows(text, offsets, self.window, self.overlap)):
             first, last = int(offsets[start][0]), int(offsets[end - 1][1])
             self.sources.append(source_id)
             self.index.append(number)
             self.starts.append(self.size + start)
             self.lengths.append(end - start)
+            self.page.append((doc.page_at(first) or 0) if doc.pages else 0)
             self.char_start.append(first)
             self.char_end.append(last)
             self.text.append(text[first:last])
@@ -459,7 +490,8 @@ class _Windows:
         text[:] = self.text
         return Items(np.asarray(self.sources, dtype=np.int64), np.asarray(self.index, dtype=np.int64),
                      lengths + extra_cost, Ragged(values, np.asarray(self.starts, dtype=np.int64), lengths),
-                     {"char_start": np.asarray(self.char_start, dtype=np.int64),
+                     {"page": np.asarray(self.page, dtype=np.int32),
+                      "char_start": np.asarray(self.char_start, dtype=np.int64),
                       "char_end": np.asarray(self.char_end, dtype=np.int64), "text": text})
 
 
@@ -474,19 +506,6 @@ def _slices(text: str, size: int) -> list[tuple[int, int]]:
         spans.append((start, end))
         start = end
     return spans
-
-
-def windows(count: int, window: int, overlap: int) -> list[tuple[int, int]]:
-    """[start, end) token ranges covering all `count` tokens, `overlap` tokens shared."""
-    step = window - overlap
-    spans = []
-    start = 0
-    while True:
-        end = min(start + window, count)
-        spans.append((start, end))
-        if end >= count:
-            return spans
-        start += step
 
 
 def _prompt_length(st: Any, options: EmbedOptions) -> int:
