@@ -57,3 +57,31 @@ def test_symlink_loop_is_a_failure_record(tmp_path):
     records = [f.failure for f in walk([str(tmp_path)], WalkFilter((".txt",)))]
     assert [(r.path, r.stage) for r in records] == [("a.txt", "read"), ("b.txt", "read")]
     assert all("loop" in r.error for r in records)
+
+
+@pytest.mark.parametrize("data, expected", [
+    (b"\x1b[1;31mError:\x1b[0m the disk is full.\n", "Error: the disk is full.\n"),  # SGR colours
+    (b"\x1b[38;5;208morange\x1b[m and \x1b[48;2;0;0;255mblue\x1b[0m\n", "orange and blue\n"),  # 256 / true colour
+    (b"\x1b]0;window title\x07Text after a title.\n", "Text after a title.\n"),  # OSC, ended by BEL
+    (b"\x1b]8;;https://example.org\x1b\\a link\x1b]8;;\x1b\\ here\n", "a link here\n"),  # OSC 8, ended by ST
+    (b"N\x08NA\x08AM\x08ME\x08E\n     _\x08l_\x08s - list\n", "NAME\n     ls - list\n"),  # man page overstrikes
+    (b"\x1b[2K\x1b[1GProgress 100%\r\n", "Progress 100%\r\n"),  # cursor moves
+    ("caf\u00e9 \x1b[32mok\x1b[m".encode(), "café ok"),  # with non-ASCII text
+    (b"tab\there\x0cform feed kept" + b"\x07 bell dropped" + b" and more words" * 10,
+     "tab\there\x0cform feed kept bell dropped" + " and more words" * 10),  # one stray control in 180 chars
+])
+def test_escape_sequences_and_stray_controls_are_removed_not_a_reason_to_fail(data, expected):
+    assert decode_text(data) == expected
+
+
+def test_an_unterminated_title_sequence_costs_only_its_introducer():
+    assert decode_text(b"\x1b]0;no end, then the whole rest of the text stays.") == \
+        "0;no end, then the whole rest of the text stays."
+
+
+def test_real_binaries_still_fail_with_escape_bytes_in_them():
+    noise = bytes(range(1, 32)) * 200 + b"\x1b[0m" * 50  # control bytes well past 1%, a few escapes among them
+    with pytest.raises(InputError, match="binary"):
+        decode_text(noise)
+    with pytest.raises(InputError, match="binary"):
+        decode_text(os.urandom(5000))

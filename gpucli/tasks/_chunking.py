@@ -16,9 +16,10 @@ L is the overlap (at least W/8, so that a window with no overlap still looks bac
 window starts `overlap` tokens before the previous end, moved back to the start of its word
 (never at or before the previous start), so a chunk also never starts inside a word.
 
-Example (W = 12, overlap = 4): "The Sun is a star. It is hot and bright. Earth orbits it."
-cut by count ends the first window at "It is hot and"; here it ends after "a star.", and the
-second starts at "a star." (4 tokens back, at a word start).
+Example (W = 10, overlap = 4), "The Sun is a star. It is hot and bright. Earth orbits it."
+(16 tokens): cut by count, the first window is "The Sun is a star. It is hot and"; here it is
+"The Sun is a star.", the second "is a star. It is hot and bright." (4 tokens back, at a word
+start), the third "hot and bright. Earth orbits it.".
 
 A document that fits one window is one chunk, as before: its vector does not change.
 """
