@@ -124,12 +124,15 @@ def resolve_model(model: str) -> str:
 
 class EmbedTask(Task):
     name = "embed"
-    help = "Embed text files into vectors (one row per chunk) and write Parquet, JSONL or Qdrant."
+    help = ("Embed text files and documents (PDF, DOCX, PPTX, ODT, EPUB, HTML, RTF, notebooks, e-mail) into "
+            "vectors, one row per chunk (with its page), and write Parquet, JSONL or Qdrant.")
     examples = """\
   gpucli embed ./docs                              # -> embed.parquet/ with the default model
   gpucli embed ./docs --out vectors.jsonl --json   # JSON lines, summary as JSON on stdout
   gpucli embed ./docs --model BAAI/bge-small-en-v1.5 --devices cuda:0,1
   gpucli embed a.txt b.md --include '*.md' --chunk-tokens 128
+  gpucli embed ./papers --include '*.pdf' --extract-timeout 300   # PDFs only, slow ones allowed 5 min
+  gpucli embed ./docs --dry-run | grep '"format": "pdf"'           # what each input would be read as
   gpucli embed --from posts.parquet --text-column body --id-column id   # one input per row"""
     # plain text, then every document format gpucli/extract/ reads (PDF, DOCX, PPTX, ODT, ODP, EPUB, HTML, XML,
     # RTF, notebooks, e-mail)
