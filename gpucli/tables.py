@@ -24,12 +24,16 @@ it as any input. What makes a record different is its key:
 * **Qdrant.** Point ids are uuid5 of `TABLE//ID` NUL chunk (`sinks.qdrant.point_id` of the key).
 
 Reading is streamed, with memory bounded by one batch: Parquet through
-`ParquetFile.iter_batches` (only the two columns), CSV through `pyarrow.csv.open_csv`, JSON
-lines line by line. Duplicate ids are found with 8 bytes per record (`SeenIds`), not a set
+`ParquetFile.iter_batches` (only the two columns), CSV through Python's `csv` row by row (see
+`_csv_reader`), JSON lines line by line. The table is opened by its name as bytes (a name that
+is not UTF-8 works as for a walked file, and its rows' `path` is written as the walk writes it). Duplicate ids are found with 8 bytes per record (`SeenIds`), not a set
 of strings.
 
 Decisions (see README): a missing column is exit 2 naming the columns there are; a record
-whose text is null or not a string, or whose id is null, is one failure record; a duplicate
+whose text is null or not a string, or whose id is null, is one failure record, and so is a
+row that cannot be read (not UTF-8, another number of CSV fields than the header): the rows
+around it are read; only a table that cannot be read on (an I/O error, a damaged Parquet
+page) stops, with one record for the table, and then nothing is pruned; a duplicate
 id is one failure record per repeat (the first row with the id is embedded); `--from`
 takes no PATH arguments (exit 2), runs on the local engine only, and is for text tasks
 (embed; classify and transcribe exit 2).
@@ -38,6 +42,7 @@ takes no PATH arguments (exit 2), runs on the local engine only, and is for text
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -55,7 +60,6 @@ REPEAT = "\x00repeat"  # after a key: the ledger's entry for the rows that repea
 ID_COLUMN = "id"
 FORMATS = (".parquet", ".csv", ".jsonl", ".ndjson")
 BATCH_ROWS = 4096  # rows per Parquet batch read: what bounds the walk's memory
-CSV_BLOCK_BYTES = 1 << 20  # bytes per CSV block read (the same bound for CSV)
 
 
 @dataclass(slots=True)
@@ -200,13 +204,11 @@ def table_columns(path: str) -> list[str] | None:
         if kind == "parquet":
             import pyarrow.parquet as pq
 
-            return list(pq.ParquetFile(path).schema_arrow.names)
+            with open(path, "rb") as f:  # a file object: pyarrow takes no name that is not UTF-8
+                return list(pq.ParquetFile(f).schema_arrow.names)
         if kind == "csv":
-            reader = _open_csv(path, None)
-            try:
-                return list(reader.schema.names)
-            finally:
-                reader.close()
+            with _open_text(path) as f:
+                return next(_csv_reader(f), None) or []
         return _first_json_keys(path)
     except UsageError:
         raise
@@ -215,7 +217,7 @@ def table_columns(path: str) -> list[str] | None:
 
 
 def _first_json_keys(path: str) -> list[str] | None:
-    with open(path, encoding="utf-8") as f:
+    with _open_text(path) as f:
         for line in f:
             if line.strip():
                 row = json.loads(line)
@@ -225,16 +227,25 @@ def _first_json_keys(path: str) -> list[str] | None:
     return None
 
 
-def _open_csv(path: str, columns: tuple[str, str] | None):
-    """A streaming CSV reader; with `columns` (text, id), only those, both as text (no type guessing:
-    an id 007 stays "007", a numeric body stays text)."""
-    import pyarrow as pa
-    from pyarrow import csv
+def _open_text(path: str):
+    """A table's text, decoded as UTF-8 (a leading BOM dropped) with each byte that is not
+    UTF-8 kept as a lone surrogate (`surrogateescape`): one row in another encoding (Latin-1)
+    is then that row's failure record (`_not_utf8`), not the end of the table."""
+    return open(path, encoding="utf-8-sig", errors="surrogateescape", newline="")
 
-    convert = csv.ConvertOptions(include_columns=list(columns), column_types={c: pa.string() for c in columns},
-                                 strings_can_be_null=False) if columns else None
-    return csv.open_csv(path, read_options=csv.ReadOptions(block_size=CSV_BLOCK_BYTES),
-                        parse_options=csv.ParseOptions(newlines_in_values=True), convert_options=convert)
+
+def _csv_reader(f):
+    """Python's CSV reader, not pyarrow's: pyarrow's streaming reader stops the whole table at
+    one value longer than its block (a 2 MB quoted text: "straddles two block boundaries") or
+    one row that is not UTF-8, and it cannot go on after an error. Row by row, one odd row is one
+    failure record and the rows around it are read. Values are text, never typed (an id 007
+    stays "007"); quoted values may hold newlines; no length limit here: a text over
+    --max-file-mb is a failure record in `records`."""
+    import csv
+    import sys
+
+    csv.field_size_limit(sys.maxsize)
+    return csv.reader(f)
 
 
 # --- the walk -----------------------------------------------------------------------------------
@@ -252,17 +263,19 @@ def records(config: Any, report: Any, max_bytes: int) -> Iterator[Any]:
     seen, next_id, stopped = SeenIds(), 0, []
     rows = _until_error(_rows(abspath, config.text_column, config.id_column), stopped)
     number = 0
-    for number, (text, record_id) in enumerate(rows, 1):
+    for number, (text, record_id, odd) in enumerate(rows, 1):
+        if record_id is not None and _not_utf8(record_id):
+            odd, record_id = odd or f"its id is not valid UTF-8 ({_not_utf8(record_id)})", None
         if record_id is None or record_id == "":  # no key: the failure is the table's
-            yield Found(failure=Failure(table, "read", f"row {number}: no id in the column {config.id_column!r} "
-                                                       "(or not a JSON object); every record needs an id"))
+            yield Found(failure=Failure(table, "read", f"row {number}: " + (odd or (
+                f"no id in the column {config.id_column!r} (or not a JSON object); every record needs an id"))))
             continue
         key = record_key(table, record_id)
         if seen.repeated(record_id):  # its own ledger entry: a known failure on reruns of the same table
             yield Found(failure=Failure(key + REPEAT, "read", f"row {number}: duplicate id: an earlier row has it (only "
                                         "the first row with an id is used); ids must be unique", -1, mtime_ns))
             continue
-        problem = _problem(text, config.text_column)
+        problem = odd or _problem(text, config.text_column)
         data = b"" if problem else text.encode("utf-8", "surrogatepass")
         if len(data) > max_bytes:
             problem = (f"the text is {len(data) / 2**20:.1f} MiB, over --max-file-mb {max_bytes / 2**20:g}; "
@@ -296,35 +309,78 @@ def _problem(text: Any, text_column: str) -> str:
         return f"the text column {text_column!r} is null"
     if not isinstance(text, str):
         return f"the text column {text_column!r} holds {type(text).__name__}, not text"
+    if _not_utf8(text):
+        return f"the text column {text_column!r} is not valid UTF-8 ({_not_utf8(text)}; another encoding?)"
     return ""
 
 
-def _rows(path: str, text_column: str, id_column: str) -> Iterator[tuple[Any, Any]]:
-    """(text, id as text or None) per row, streamed."""
+def _not_utf8(text: str) -> str:
+    """Where a text read with `surrogateescape` held bytes that are not UTF-8 ("" when none)."""
+    if text.isascii():
+        return ""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = text[exc.start]
+        shown = f"byte 0x{ord(char) - 0xDC00:02X}" if 0xDC80 <= ord(char) <= 0xDCFF else f"U+{ord(char):04X}"
+        return f"{shown} at character {exc.start}"
+    return ""
+
+
+def _rows(path: str, text_column: str, id_column: str) -> Iterator[tuple[Any, Any, str]]:
+    """(text, id as text or None, why the row cannot be read or "") per row, streamed."""
     kind = _format(path)
     if kind == "jsonl":
         yield from _jsonl_rows(path, text_column, id_column)
-        return
-    for batch in _arrow_batches(path, kind, text_column, id_column):
-        texts = batch.column(0)
-        ids = _ids_as_text(batch.column(1))
-        yield from zip(texts.to_pylist(), ids.to_pylist())
+    elif kind == "csv":
+        yield from _csv_rows(path, text_column, id_column)
+    else:
+        yield from _parquet_rows(path, text_column, id_column)
 
 
-def _arrow_batches(path: str, kind: str, text_column: str, id_column: str) -> Iterator[Any]:
-    """Record batches of the two columns (text first), one batch in memory at a time."""
-    if kind == "parquet":
-        import pyarrow.parquet as pq
+def _parquet_rows(path: str, text_column: str, id_column: str) -> Iterator[tuple[Any, Any, str]]:
+    """Record batches of the two columns, one batch in memory at a time; a batch whose values
+    do not all convert (a string that is not UTF-8) goes row by row."""
+    import pyarrow.parquet as pq
 
-        with pq.ParquetFile(path) as parquet:
-            yield from parquet.iter_batches(batch_size=BATCH_ROWS, columns=[text_column, id_column])
-        return
-    reader = _open_csv(path, (text_column, id_column))
+    with open(path, "rb") as f, pq.ParquetFile(f) as parquet:
+        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=[text_column, id_column]):
+            texts, ids = batch.column(0), _ids_as_text(batch.column(1))
+            try:
+                rows = list(zip(texts.to_pylist(), ids.to_pylist(), itertools.repeat("")))
+            except UnicodeDecodeError:  # a value that is not UTF-8 somewhere in the batch: row by row
+                rows = [_parquet_row(texts, ids, i) for i in range(len(batch))]
+            yield from rows
+
+
+def _parquet_row(texts: Any, ids: Any, i: int) -> tuple[Any, Any, str]:
     try:
-        for batch in reader:
-            yield batch.select([text_column, id_column])
-    finally:
-        reader.close()
+        record_id = ids[i].as_py()
+    except UnicodeDecodeError:
+        return None, None, "its id is not valid UTF-8"
+    try:
+        return texts[i].as_py(), record_id, ""
+    except UnicodeDecodeError as exc:
+        return None, record_id, f"the text is not valid UTF-8 (byte 0x{exc.object[exc.start]:02X} at {exc.start})"
+
+
+def _csv_rows(path: str, text_column: str, id_column: str) -> Iterator[tuple[Any, Any, str]]:
+    """The header names the columns; a row with another number of fields is one failure record
+    (its id, when it has one where the header says); empty lines are skipped."""
+    with _open_text(path) as f:
+        reader = _csv_reader(f)
+        header = next(reader, None)
+        if header is None:
+            return
+        text_at, id_at, width = header.index(text_column), header.index(id_column), len(header)
+        for fields in reader:
+            if not fields:
+                continue
+            record_id = fields[id_at] if id_at < len(fields) else None
+            if len(fields) != width:
+                yield None, record_id, f"{len(fields)} fields where the header has {width}"
+                continue
+            yield fields[text_at], record_id, ""
 
 
 def _ids_as_text(column: Any) -> Any:
@@ -334,8 +390,8 @@ def _ids_as_text(column: Any) -> Any:
     return column if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) else pc.cast(column, pa.string())
 
 
-def _jsonl_rows(path: str, text_column: str, id_column: str) -> Iterator[tuple[Any, Any]]:
-    with open(path, encoding="utf-8", errors="replace") as f:
+def _jsonl_rows(path: str, text_column: str, id_column: str) -> Iterator[tuple[Any, Any, str]]:
+    with _open_text(path) as f:
         for line in f:
             if not line.strip():
                 continue
@@ -344,10 +400,10 @@ def _jsonl_rows(path: str, text_column: str, id_column: str) -> Iterator[tuple[A
             except ValueError:
                 row = None
             if not isinstance(row, dict):
-                yield None, None  # no id: a failure record naming the row
+                yield None, None, ""  # no id: a failure record naming the row
                 continue
             record_id = row.get(id_column)
-            yield row.get(text_column), None if record_id is None else _id_text(record_id)
+            yield row.get(text_column), None if record_id is None else _id_text(record_id), ""
 
 
 def _id_text(value: Any) -> str:

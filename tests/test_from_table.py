@@ -178,15 +178,33 @@ def test_prune_with_one_table_keeps_the_rows_of_another_table(tmp_path):
 def test_a_table_that_breaks_mid_read_is_one_failure_record_and_prunes_nothing(tmp_path, monkeypatch):
     table, out = tmp_path / "t.csv", tmp_path / "out.parquet"
     run_table(write_table(table, RECORDS), out)
-    monkeypatch.setattr(tables, "CSV_BLOCK_BYTES", 64)  # the bad line is past the first block: found mid-read
-    table.write_text("id,body,lang\na1,alpha one,en\n" + "".join(f"x{i},filler,en\n" for i in range(20))
-                     + "b2,a row with,one,column too many\nc3,gamma three,en\n")
+    real = tables._csv_reader
+
+    def breaks_after_two_rows(f):
+        for number, fields in enumerate(real(f)):
+            if number == 3:  # the header and two rows
+                raise OSError(5, "Input/output error")
+            yield fields
+
+    monkeypatch.setattr(tables, "_csv_reader", breaks_after_two_rows)
+    os.utime(table, ns=(time.time_ns(), time.time_ns() + 2 * 10**9))
     summary = run_table(table, out, prune=True)
     assert (summary.failed, summary.pruned, summary.exit_code) == (1, 0, 1)
     [failure] = failures(summary)
-    assert failure["path"] == "t.csv" and "could not be read past row" in failure["error"]
+    assert failure["path"] == "t.csv" and "could not be read past row 2" in failure["error"]
     rows = Counter(r["id"] for r in read_rows(out))
     assert (rows["a1"], rows["b2"], rows["c3"]) == (1, 3, 1)  # nothing pruned
+
+
+@pytest.mark.slow
+def test_a_csv_row_with_another_number_of_fields_is_one_failure_record_and_the_rows_around_it_run(tmp_path):
+    table, out = tmp_path / "t.csv", tmp_path / "out.parquet"
+    table.write_text("id,body,lang\na1,alpha one,en\n" + "".join(f"x{i},filler {i},en\n" for i in range(20))
+                     + "b2,a row with,one,column too many\nc3,gamma three,en\n")
+    summary = run_table(table, out)
+    assert (summary.succeeded, summary.failed, summary.exit_code) == (22, 1, 1)
+    [failure] = failures(summary)
+    assert (failure["path"], failure["id"]) == ("t.csv", "b2") and "4 fields where the header has 3" in failure["error"]
 
 
 @pytest.mark.slow
@@ -386,3 +404,58 @@ def test_a_record_gets_the_same_vector_as_a_file_with_its_text(tmp_path):
     record, file = read_rows(tmp_path / "t.parquet"), read_rows(tmp_path / "f.parquet")
     assert (record[0]["path"], record[0]["id"]) == ("t.jsonl", "1") and len(record[0]["embedding"]) == 384
     assert np.allclose(record[0]["embedding"], file[0]["embedding"], atol=1e-6)
+
+
+# --- one odd row is one failure record (issue 33, case 5) ---------------------------------------------
+def _hundred_rows(odd_at: int, odd: bytes, kind: str) -> bytes:
+    """100 records as CSV or JSON lines bytes, the one at `odd_at` with `odd` as its text's bytes."""
+    lines = [b"id,body,lang\n"] if kind == "csv" else []
+    for i in range(100):
+        body = odd if i == odd_at else f"text number {i}".encode()
+        if kind == "csv":
+            lines.append(b'r%d,"%s",en\n' % (i, body.replace(b'"', b'""')))
+        else:
+            lines.append(b'{"id": "r%d", "body": "%s"}\n' % (i, body))
+    return b"".join(lines)
+
+
+@pytest.mark.slow
+def test_a_2_mb_quoted_csv_value_is_embedded_with_the_rows_around_it(tmp_path):
+    table = tmp_path / "t.csv"
+    table.write_bytes(_hundred_rows(49, b"a long, quoted value " * 100_000, "csv"))  # ~2 MB, commas inside
+    summary = run_table(table, tmp_path / "out.parquet")
+    assert (summary.succeeded, summary.failed, summary.exit_code) == (100, 0, 0), failures(summary)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_one_latin_1_row_in_a_utf_8_table_is_one_failure_record_and_the_rest_is_embedded(tmp_path, kind):
+    table = tmp_path / f"t.{kind}"
+    table.write_bytes(_hundred_rows(0, "café au lait".encode("latin-1"), kind))
+    summary = run_table(table, tmp_path / "out.parquet")
+    assert (summary.succeeded, summary.failed) == (99, 1)
+    [failure] = failures(summary)
+    assert failure["id"] == "r0" and "not valid UTF-8" in failure["error"] and "0xE9" in failure["error"]
+    assert "r0" not in {r["id"] for r in read_rows(tmp_path / "out.parquet")}
+
+
+@pytest.mark.slow
+def test_a_parquet_value_that_is_not_utf_8_is_one_failure_record(tmp_path):
+    table = tmp_path / "t.parquet"
+    bodies = pa.array([f"text {i}".encode() if i != 7 else b"caf\xe9" for i in range(20)], pa.binary())
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(20)], "body": bodies.view(pa.string())}), table)
+    summary = run_table(table, tmp_path / "out.parquet")
+    assert (summary.succeeded, summary.failed) == (19, 1)
+    assert failures(summary)[0]["id"] == "r7"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
+def test_a_table_whose_name_is_not_utf_8_works_as_a_walked_file_does(tmp_path, suffix):
+    written = write_table(tmp_path / f"plain{suffix}", RECORDS)
+    table = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"t\xe9ble" + suffix.encode())))
+    written.rename(table)
+    summary = run_table(table, tmp_path / "out.parquet")
+    assert (summary.succeeded, summary.exit_code) == (3, 0)
+    assert {r["path"] for r in read_rows(tmp_path / "out.parquet")} == {f"t\\xe9ble{suffix}"}
+    assert run_table(table, tmp_path / "out.parquet").unchanged == 3
