@@ -147,11 +147,24 @@ def convert(raw: Any, kind: type, where: str) -> Any:
         if origin in (tuple, list) or kind in (tuple, list):
             items = raw.split(",") if isinstance(raw, str) else list(raw)
             return tuple(str(x).strip() for x in items if str(x).strip())
+        if kind in (int, float) and not isinstance(raw, str):
+            return _typed_number(raw, kind, where)
         if kind in (int, float, str):
             return kind(raw)
     except (TypeError, ValueError):
         raise UsageError(f"{where}: {raw!r} is not a valid {getattr(kind, '__name__', kind)}") from None
     return raw
+
+
+def _typed_number(raw: Any, kind: type, where: str) -> Any:
+    """A TOML value for a number option: TOML says its type, so it must be that type (`int()` of
+    `true` is 1 and of `2.5` is 2: `batch_size = true` ran with batches of one)."""
+    shown = str(raw).lower() if isinstance(raw, bool) else repr(raw)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise UsageError(f"{where}: {shown} is not a number")
+    if kind is int and not isinstance(raw, int):
+        raise UsageError(f"{where}: {shown} is not a whole number")
+    return kind(raw)
 
 
 def field_types(cls: type) -> dict[str, type]:

@@ -37,3 +37,22 @@ def test_env_values_are_typed():
 def test_invalid_settings_say_what_to_fix(cli, env):
     with pytest.raises(UsageError):
         build_config("embed", EmbedOptions, cli, environ=env)
+
+
+@pytest.mark.parametrize("line,message", [
+    ("batch_size = true", "batch_size: true is not a number"),
+    ("batch_size = 2.5", "batch_size: 2.5 is not a whole number"),
+    ('batch_size = "8"', None),  # a string is parsed, as from the environment
+    ("max_wait_ms = false", "max_wait_ms: false is not a number"),
+    ("max_wait_ms = 2.5", None),
+    ("[embed]\nchunk_overlap = true", "chunk_overlap: true is not a number"),
+])
+def test_a_toml_value_of_another_type_than_its_option_is_exit_2(tmp_path, line, message):
+    toml = tmp_path / "c.toml"
+    toml.write_text(line + "\n")
+    if message is None:
+        build_config("embed", EmbedOptions, {"paths": ("x",)}, toml, {})
+        return
+    with pytest.raises(UsageError, match=message) as raised:
+        build_config("embed", EmbedOptions, {"paths": ("x",)}, toml, {})
+    assert raised.value.exit_code == 2
