@@ -18,7 +18,9 @@ no live process names them on its command line (Ray's raylet and GCS carry `--te
 `--session-dir`) and they are older than LEGACY_MIN_AGE_S (a run of an old version between
 making the directory and starting Ray).
 
-Parquet `.inprogress` files are swept by the Parquet sink's `open`, beside its ledger.
+Parquet `.inprogress` files are swept by the Parquet sink's `open`, beside its ledger, and a
+part a crash left unlisted by the ledger is removed by its `recover` only when its footer says
+gpucli wrote it (`ParquetSink.wrote`): a user's own `part-09999.parquet` is never a leftover.
 """
 
 from __future__ import annotations

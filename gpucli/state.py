@@ -6,7 +6,9 @@ location (part file) holding its current rows. The rules that keep the output ex
 
 * An input is marked done only after the part holding its rows is durable (renamed and
   fsynced). A part on disk that the ledger does not list was left by a crash between the
-  two: it is deleted at the next start, and its inputs, never marked done, are redone.
+  two: it is deleted at the next start, and its inputs, never marked done, are redone; only
+  a part whose footer says gpucli wrote it is such a leftover (a user's file named like a
+  part stays, as any file gpucli did not write does, `--full` included).
 * When an input is redone (its content changed), fails (its rows were an earlier content's:
   an input is its current rows or one failure record, never both) or is pruned, its old
   location is recorded as stale in the same transaction; stale rows are removed from the

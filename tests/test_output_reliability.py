@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -253,6 +254,29 @@ def test_a_jsonl_file_gpucli_did_not_write_is_refused_and_kept(tree, tmp_path, i
         run_fake([root], out, incremental=incremental)
     assert out.read_text() == '{"mine": 1}\n'
     assert not Path(f"{out}.gpucli").exists()
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_a_users_file_named_like_a_part_is_never_deleted_as_a_crash_leftover(tree, tmp_path, incremental):
+    root = tree({"a.txt": "alpha\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    pq.write_table(pa.table({"mine": [1, 2, 3]}), out / "part-09999.parquet")  # not listed by the ledger
+    (out / "part-09998.parquet").write_bytes(b"not even parquet")
+    before = {name: (out / name).read_bytes() for name in ("part-09999.parquet", "part-09998.parquet")}
+    (root / "b.txt").write_text("beta\n")
+    assert run_fake([root], out, incremental=incremental).exit_code == 0
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
+def test_a_part_a_crash_left_unlisted_is_still_removed(tree, tmp_path):
+    root = tree({"a.txt": "alpha\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    (root / "b.txt").write_text("beta\n")
+    assert crashing_run(root, out, "commit", nth=1) == 9  # b's part written and renamed, not committed
+    assert run_fake([root], out).exit_code == 0
+    assert parquet_rows(out) == expected_rows(root)
 
 
 def test_an_existing_empty_directory_is_a_fine_new_output(tree, tmp_path):

@@ -69,17 +69,17 @@ class ParquetSink(Sink):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        parts = self.parts()
-        if not parts:
+        first = next((part for part in self.parts() if self.wrote(part.name)), None)  # never a user's file
+        if first is None:
             return
-        have = pq.read_schema(parts[0]).names
+        have = pq.read_schema(first).names
         missing = [f for f in self._schema if f.name not in have]
         if not missing:
             return
-        table = pq.read_table(parts[0])
+        table = pq.read_table(first)
         for f in missing:
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
-        self._write_atomic(table, parts[0].name)
+        self._write_atomic(table, first.name)
 
     @property
     def state_dir(self) -> Path:
@@ -111,15 +111,34 @@ class ParquetSink(Sink):
         fsync_dir(self.dir)
 
     def reset(self) -> None:
+        """Every part gpucli wrote (see `wrote`); a user's file named like a part stays."""
         for part in self.parts():
-            part.unlink()
+            if self.wrote(part.name):
+                part.unlink()
         fsync_dir(self.dir)
+
+    def wrote(self, name: str) -> bool:
+        """Whether gpucli wrote this part: its footer carries the output's `gpucli.*` metadata
+        (every part gpucli writes does, and a part is only named once it is complete). A crash
+        between a part's rename and the ledger's commit leaves such a part unlisted; a user's own
+        `part-09999.parquet` has no such footer (or none at all) and is never deleted."""
+        import pyarrow.parquet as pq
+
+        try:
+            metadata = pq.read_metadata(self.dir / name).metadata or {}
+        except Exception:  # noqa: BLE001 - not a Parquet file we can read: not one gpucli finished
+            return False
+        return b"gpucli.version" in metadata
 
     def locations(self) -> set[str]:
         return {p.name for p in self.parts()}
 
     def recover(self, known: set[str], last: str | None) -> dict[str, str | None]:
-        renamed = super().recover(known, last)
+        """A part the ledger does not list is removed only when gpucli wrote it (`wrote`)."""
+        renamed: dict[str, str | None] = {}
+        for orphan in sorted(self.locations() - known):
+            if self.wrote(orphan):
+                self.remove_location(orphan)
         numbers = [int(m.group(1)) for m in map(PART.match, {*known, *self.locations(), last or ""}) if m]
         self._next = max(self._next, max(numbers, default=-1) + 1)
         return renamed
