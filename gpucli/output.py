@@ -187,7 +187,7 @@ class Output:
             try:
                 step()
             except BaseException as exc:  # noqa: BLE001 - kept, raised after the other steps
-                first = first or exc
+                first = first or (os_error(exc, str(self.lock.path)) if isinstance(exc, OSError) else exc)
         if first is not None:
             raise first
 

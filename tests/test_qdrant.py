@@ -597,3 +597,17 @@ def test_server_dims_mismatch_is_a_usage_error(server_target):
     other = pa.schema([("path", pa.string()), ("chunk", pa.int32()), ("embedding", pa.list_(pa.float32(), 8))])
     with pytest.raises(UsageError, match="holds 4-d vectors"):
         open_sink(server_target).open(other, {"gpucli.model": "m", "gpucli.dims": "8"})
+
+
+@pytest.mark.slow
+def test_a_changed_file_that_now_fails_loses_its_old_points_and_is_then_a_known_failure(tree, tmp_path):
+    root = tree({"ok.txt": "fine\n", "doc.txt": "first version\nsecond line\n"})
+    storage = tmp_path / "q"
+    out = f"qdrant:{storage}/docs"
+    assert run_fake([root], out).rows == 3
+    (root / "doc.txt").write_bytes(b"\xff\xfe\xfa binary now")
+    changed = run_fake([root], out)
+    assert (changed.failed, changed.exit_code) == (1, 1)
+    assert sorted(p.payload["path"] for p in points(storage, "docs")) == ["ok.txt"]
+    again = run_fake([root], out)
+    assert (again.failed, again.failed_known, again.exit_code) == (1, 1, 0)
