@@ -217,9 +217,13 @@ class Output:
         self.ledger.mark_done(sources, rows, location)
 
     def failed(self, failure: Failure) -> bool:
-        """Record a failure; returns whether it is a known one (failed before, input unchanged)."""
+        """Record a failure; returns whether it is a known one (failed before, input unchanged).
+        A skipped path (a file now a symlink that leaves the root) is no input any more: rows an
+        earlier run made of it go, as a pruned input's do (its record is the skip)."""
         self.failures.add(failure)
         if failure.stage == "skip":
+            if self.ledger.forget(failure.path):
+                self.pruned.add(failure.path)
             return False
         return self.ledger.mark_failed(failure.path, failure.error, failure.size, failure.mtime_ns)
 

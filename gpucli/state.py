@@ -10,10 +10,10 @@ location (part file) holding its current rows. The rules that keep the output ex
   a part whose footer says gpucli wrote it is such a leftover (a user's file named like a
   part stays, as any file gpucli did not write does, `--full` included).
 * When an input is redone (its content changed), fails (its rows were an earlier content's:
-  an input is its current rows or one failure record, never both) or is pruned, its old
-  location is recorded as stale in the same transaction; stale rows are removed from the
-  sink at the end of the run, or at the start of the next one if the run died first.
-  Removal is idempotent. A failed input's record holds the failing content's size and mtime,
+  an input is its current rows or one failure record, never both), is skipped (now a link
+  that leaves the root) or is pruned, its old location is recorded as stale in the same
+  transaction; stale rows are removed from the sink at the end of the run, or at the start
+  of the next one if the run died first. Removal is idempotent. A failed input's record holds the failing content's size and mtime,
   so that an unchanged rerun counts it as a known failure.
 * A location name the ledger ever listed is never given to new rows: the last committed
   name is kept in `meta` (`last_location`, kept across `--full`), and the sink numbers its
@@ -439,6 +439,14 @@ class Ledger:
             self._db.executemany("insert or ignore into stale select location, path from files "
                                  "where path=? and location is not null and location != ''", rows)
             self._db.executemany("delete from files where path=?", rows)
+
+    def forget(self, path: str) -> bool:
+        """`prune` of one path, when the ledger knows it (a skip record's path: usually not)."""
+        with self._lock:
+            known = self._db.execute("select 1 from files where path=?", (path,)).fetchone() is not None
+        if known:
+            self.prune([path])
+        return known
 
     def clear_stale(self, stale: dict[str, set[str]]) -> None:
         with self._lock, self._db:

@@ -191,3 +191,15 @@ def test_an_earlier_runs_output_inside_the_tree_is_not_read_by_a_later_run(tree,
     assert paths_in(root / "other.parquet") == ["a.txt", "b.txt"]
     assert run_fake([root / "vectors.jsonl"], tmp_path / "explicit.parquet", include=("*",)).succeeded == 1
     assert again.exit_code == 0
+
+
+def test_a_file_that_became_a_link_leaving_the_root_loses_its_old_rows(tree, tmp_path):
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
+    outside = tree({"x.txt": "outside\n"}, name="elsewhere")
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    (root / "b.txt").unlink()
+    (root / "b.txt").symlink_to(outside / "x.txt")
+    skipped = run_fake([root], out)
+    assert (skipped.skipped, skipped.failed, skipped.exit_code) == (2, 0, 0)  # a.txt unchanged, b.txt skipped
+    assert paths_in(out) == ["a.txt"]
