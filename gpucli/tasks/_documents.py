@@ -31,11 +31,13 @@ class Documents:
         self._pool: LimitedPool | None = None
 
     def read(self, sources: list[Source], datas: list[bytes]) -> tuple[list[tuple[Source, Document]], list[Failure]]:
-        """(source, document) for each usable input, in order, and a failure record per other."""
+        """(source, document) for each usable input, in order, and a failure record per other.
+        Plain text takes one pass with no per-file object but its Document (one-sentence files
+        are most trees' inputs: this is the reader's hot loop)."""
         docs: list[Any] = [None] * len(sources)
         extract = []
         for i, (source, data) in enumerate(zip(sources, datas)):
-            fmt = None if isinstance(source, Record) else format_for(source.path)
+            fmt = None if type(source) is Record else format_for(source.path)
             if fmt is not None:
                 extract.append((i, fmt.name))
                 continue
@@ -48,12 +50,12 @@ class Documents:
                 docs[i] = outcome
         kept, failures = [], []
         for source, doc in zip(sources, docs):
-            if isinstance(doc, Document) and not doc.text.strip():
-                doc = InputError("decode", "no text (the file holds only whitespace)")
-            if isinstance(doc, InputError):
-                failures.append(Failure(source.path, doc.stage, str(doc)))
-            else:
+            if type(doc) is Document and doc.text.strip():
                 kept.append((source, doc))
+            elif type(doc) is Document:
+                failures.append(Failure(source.path, "decode", "no text (the file holds only whitespace)"))
+            else:
+                failures.append(Failure(source.path, doc.stage, str(doc)))
         return kept, failures
 
     def pool(self) -> LimitedPool:
