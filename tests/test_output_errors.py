@@ -169,3 +169,51 @@ def test_a_dry_run_on_a_damaged_ledger_names_it(damaged, monkeypatch):
     result = invoke_fake(monkeypatch, [str(root), "--out", str(out), "--dry-run"])
     assert result.exit_code in (2, 3) and "internal error" not in result.stderr, result.output
     assert str(ledger) in result.stderr
+
+
+@pytest.mark.parametrize("code,cause", [(5, "Input/output error [EIO]"), (13, "Permission denied [EACCES]")])
+def test_an_os_error_of_a_part_mid_run_names_the_output_and_the_cause(tree, tmp_path, monkeypatch, code, cause):
+    from gpucli.sinks.parquet import ParquetSink
+
+    root = tree({f"f{i:02d}.txt": f"line {i}\n" for i in range(40)})
+    out = tmp_path / "out.parquet"
+    real, calls = ParquetSink.write, []
+
+    def second_part_fails(self, table):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(code, os.strerror(code))
+        return real(self, table)
+
+    monkeypatch.setattr(ParquetSink, "write", second_part_fails)
+    result = invoke_fake(monkeypatch, [str(root), "--out", str(out), "--json"], part_rows=10, batch_size=10)
+    assert result.exit_code == 3, result.output
+    errors = error_lines(result)
+    assert len(errors) == 1 and f"{out}: {cause}" in errors[0], errors
+    assert summary_of(result)["exit_code"] == 3
+    monkeypatch.setattr(ParquetSink, "write", real)
+    assert invoke_fake(monkeypatch, [str(root), "--out", str(out)]).exit_code == 0
+    assert parquet_rows(out) == expected_rows(root)
+
+
+def test_a_ledger_io_error_mid_run_names_the_ledger(tree, tmp_path, monkeypatch):
+    import sqlite3
+
+    from gpucli.state import Ledger
+
+    root = tree({f"f{i:02d}.txt": f"line {i}\n" for i in range(40)})
+    out = tmp_path / "out.parquet"
+
+    def io_error(self, *args):
+        with self._lock:
+            exc = sqlite3.OperationalError("disk I/O error")
+            exc.sqlite_errorname = "SQLITE_IOERR_WRITE"
+            raise exc
+
+    monkeypatch.setattr(Ledger, "mark_done", io_error)
+    result = invoke_fake(monkeypatch, [str(root), "--out", str(out), "--json"], part_rows=10, batch_size=10)
+    assert result.exit_code == 3, result.output
+    errors = error_lines(result)
+    ledger = out / "_gpucli" / "ledger.sqlite"
+    assert len(errors) == 1 and f"{ledger}: disk I/O error [SQLITE_IOERR_WRITE]" in errors[0], errors
+    assert summary_of(result)["exit_code"] == 3
