@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import coldstart, embed_cpu, external, host, host_ray, memory, overlap  # noqa: E402
+from benchmarks import coldstart, embed_cpu, external, extract_bench, host, host_ray, memory, overlap  # noqa: E402
 from benchmarks.common import Context, Figure, cpu_pressure, git_commit, machine  # noqa: E402
 
 BENCHMARKS = {
@@ -38,6 +38,7 @@ BENCHMARKS = {
     "cold-start": coldstart.run,
     "classify": external.classify,
     "transcribe": external.transcribe,
+    "documents": extract_bench.run,
 }
 
 
