@@ -102,6 +102,10 @@ def mixed(tmp_path_factory):
     (root / "broken.pdf").write_bytes((root / "paper.pdf").read_bytes()[:600])
     write_encrypted_pdf(root / "locked.pdf")
     write_scan_pdf(root / "scan.pdf")
+    (root / "fake.docx").write_bytes(b"this is not a zip archive at all")
+    (root / "laughs.xml").write_text('<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+                                     '<!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>'
+                                     '<lolz>&lol2;</lolz>', encoding="utf-8")
     out = root.parent / "out.parquet"
     result = CliRunner().invoke(app, ["embed", str(root), "--out", str(out), "--json", "--quiet"])
     return root, out, result
@@ -115,10 +119,11 @@ def test_a_mixed_tree_gives_rows_for_documents_and_one_record_per_bad_one(mixed)
     root, out, result = mixed
     assert result.exit_code == 1, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["inputs"] == 9 and summary["succeeded"] == 5 and summary["failed"] == 4
+    assert summary["inputs"] == 11 and summary["succeeded"] == 5 and summary["failed"] == 6
     assert summary["unknown_tokens"] == 1
     records = {r["path"]: r for r in map(json.loads, Path(summary["failures_file"]).read_text().splitlines())}
-    assert set(records) == {"zh.txt", "broken.pdf", "locked.pdf", "scan.pdf"}
+    assert set(records) == {"zh.txt", "broken.pdf", "locked.pdf", "scan.pdf", "fake.docx", "laughs.xml"}
+    assert "not a zip" in records["fake.docx"]["error"] and "entity" in records["laughs.xml"]["error"]
     assert records["zh.txt"]["stage"] == "preprocess" and "unknown to the model" in records["zh.txt"]["error"]
     assert "multilingual-e5-small" in records["zh.txt"]["error"]
     assert "password" in records["locked.pdf"]["error"]
@@ -242,3 +247,21 @@ def test_a_2000_page_pdf_is_extracted_and_chunked_with_its_pages(tmp_path):
     pages = block.meta["page"].tolist()
     assert pages[0] == 1 and pages[-1] > 1900 and pages == sorted(pages) and "Page 2000 " in block.meta["text"][-1]
     assert all(re.match(r"^(Page|\d|holds|one|short|sentence|about|orbits)", t) for t in block.meta["text"])
+
+
+def test_a_document_past_the_extraction_time_limit_is_a_failure_and_the_run_goes_on(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    write_pdf(root / "slow.pdf", [sentences(1, 3)])
+    (root / "fine.txt").write_text("A plain note about tides.", encoding="utf-8")
+    out = tmp_path / "out.parquet"
+    # a millisecond: the child's first PDF alone imports PDFium, far longer than that
+    result = CliRunner().invoke(app, ["embed", str(root), "--out", str(out), "--json", "--quiet",
+                                      "--extract-timeout", "0.001"])
+    assert result.exit_code == 1, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["succeeded"] == 1 and summary["failed"] == 1
+    [record] = map(json.loads, Path(summary["failures_file"]).read_text().splitlines())
+    assert record["path"] == "slow.pdf" and record["stage"] == "decode" and "--extract-timeout" in record["error"]
+    again = CliRunner().invoke(app, ["embed", str(root), "--out", str(out), "--json", "--quiet"])
+    assert again.exit_code == 0 and json.loads(again.stdout)["succeeded"] == 1  # the limit is no setting: no --full
