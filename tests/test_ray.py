@@ -124,18 +124,21 @@ def test_embed_gives_the_same_rows_and_failures_as_the_local_engine(ray_session,
     (root / "bad").mkdir()
     (root / "bad" / "binary.txt").write_bytes(bytes(range(256)) * 8)
     (root / "bad" / "empty.txt").write_bytes(b"")
+    (root / "bad" / "broken.pdf").write_bytes(b"%PDF-1.4\n1 0 obj broken")  # extracted in the actors' children
     (root / "long.txt").write_text(" ".join(f"sentence number {i} about rivers and stones." for i in range(400)))
     local = run_with("local", "embed", [root], tmp_path / "local.parquet")
     remote = run_with("ray", "embed", [root], tmp_path / "ray.parquet")
 
     assert {k: getattr(remote, k) for k in SUMMARY_KEYS} == {k: getattr(local, k) for k in SUMMARY_KEYS}
-    assert remote.exit_code == 1 and remote.failed == 2 and remote.succeeded > 30
+    assert remote.exit_code == 1 and remote.failed == 3 and remote.succeeded > 30
     assert failures(remote) == failures(local)
     assert [(f["path"], f["stage"]) for f in failures(remote)] == [("bad/binary.txt", "decode"),
+                                                                   ("bad/broken.pdf", "decode"),
                                                                    ("bad/empty.txt", "read")]
     want, got = rows_by_key(tmp_path / "local.parquet"), rows_by_key(tmp_path / "ray.parquet")
     assert got.keys() == want.keys() and len(got) == remote.rows
     assert sum(path == "long.txt" for path, _ in got) > 3  # a long document: several chunks, several batches
+    assert got[("formats/solar_system.pdf", 0)]["page"] == 1  # documents, with their pages, on Ray too
     for key, row in got.items():
         assert {k: v for k, v in row.items() if k != "embedding"} == {k: v for k, v in want[key].items()
                                                                        if k != "embedding"}
