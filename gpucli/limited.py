@@ -89,7 +89,8 @@ class LimitedPool:
 
         self.target, self.size, self.limits = target, max(1, size), limits
         self._idle: list[_Child] = []
-        self._started = 0  # children alive, idle or busy
+        self._alive: set[_Child] = set()  # idle or busy
+        self._started = 0  # children alive or starting
         self._free = threading.Condition()
         self._closed = False
         # before multiprocessing joins the children at exit (it runs finalizers first)
@@ -169,16 +170,20 @@ class LimitedPool:
                     return None
                 self._free.wait()
         try:
-            return _Child(self.target, self.limits)
+            child = _Child(self.target, self.limits)
         except BaseException:
             with self._free:
                 self._started -= 1
                 self._free.notify()
             raise
+        with self._free:
+            self._alive.add(child)
+        return child
 
     def _give_back(self, child: _Child) -> None:
         with self._free:
             if self._closed:
+                self._alive.discard(child)
                 child.stop()
                 return
             self._idle.append(child)
@@ -187,17 +192,24 @@ class LimitedPool:
     def _lost(self, child: _Child) -> None:
         child.kill()
         with self._free:
+            self._alive.discard(child)
             self._started -= 1
             self._free.notify()
 
     def close(self) -> None:
-        """Stop the idle children (busy ones are killed by the calls that own them when they see
-        the pool closed, or die with this process)."""
+        """Stop the idle children and kill the busy ones: at exit (a stopped run) nothing waits
+        for a file still being extracted; a call still waiting on one gets a failure for it."""
         with self._free:
             self._closed, idle, self._idle = True, self._idle, []
+            busy = self._alive - set(idle)
+            self._alive = set()
             self._free.notify_all()
         for child in idle:
             child.stop()
+        for child in busy:
+            if child.process.is_alive():
+                child.process.kill()
+            child.process.join(5)
 
 
 def _outcome(kind: str, value: Any, limits: Limits) -> Any:

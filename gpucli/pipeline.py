@@ -221,6 +221,7 @@ class Pipeline:
         finally:
             if processes is not None:
                 processes.close()
+            job.task.close_reading()  # a stop does not wait for a document still being extracted
         if self.signal_received:  # a stop during the walk prunes nothing
             return
         # A stop cancels the reader, never the prune's thread: _shutdown waits for it before the

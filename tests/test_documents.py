@@ -265,3 +265,40 @@ def test_a_document_past_the_extraction_time_limit_is_a_failure_and_the_run_goes
     assert record["path"] == "slow.pdf" and record["stage"] == "decode" and "--extract-timeout" in record["error"]
     again = CliRunner().invoke(app, ["embed", str(root), "--out", str(out), "--json", "--quiet"])
     assert again.exit_code == 0 and json.loads(again.stdout)["succeeded"] == 1  # the limit is no setting: no --full
+
+
+def test_ctrl_c_while_a_long_document_is_extracted_exits_130_without_waiting_for_it(tmp_path):
+    """The extraction children are killed with the reader: a stop never waits for a slow document
+    (a 6,000-page PDF takes several seconds to extract here; the time limit would allow 120)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from reportlab.pdfgen import canvas
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    c = canvas.Canvas(str(root / "big.pdf"))
+    for page in range(6000):
+        text = c.beginText(72, 720)
+        for line in range(20):
+            text.textLine(f"Page {page} line {line} says a few words about rivers, mountains and the sea.")
+        c.drawText(text)
+        c.showPage()
+    c.save()
+    proc = subprocess.Popen([sys.executable, "-m", "gpucli", "embed", str(root), "--out", str(tmp_path / "o.parquet"),
+                             "--progress", "off"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        time.sleep(5.0)  # workers loading, the PDF in its extraction child
+        os.killpg(proc.pid, signal.SIGINT)
+        t0 = time.monotonic()
+        _, stderr = proc.communicate(timeout=60)
+        waited = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    assert waited < 5.0, f"the stop waited {waited:.1f} s for the extraction"  # a hang guard: the fix took 0.4 s

@@ -85,3 +85,14 @@ def test_children_leave_when_the_pool_closes():
         time.sleep(0.05)
     else:
         pytest.fail("the child outlived its pool")
+
+
+def test_close_kills_a_busy_child_and_its_call_gets_a_failure():
+    pool = LimitedPool(TARGET, 1, Limits(timeout_s=60.0))
+    got: list = []
+    thread = threading.Thread(target=lambda: got.extend(pool.map([("sleep", "60")])))
+    thread.start()
+    time.sleep(1.0)  # the call is running in the child
+    pool.close()
+    thread.join(20)  # a hang guard
+    assert not thread.is_alive() and isinstance(got[0], InputError)

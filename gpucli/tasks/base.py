@@ -136,6 +136,10 @@ class Task:
         Raise `InputError(stage, reason)` for bad input (override this, or `prepare_many`)."""
         raise NotImplementedError
 
+    def close_reading(self) -> None:
+        """The reader is done, or stopped: free what preparing holds (embed: its extraction
+        children, killed if busy, so that a stop never waits for a slow document)."""
+
     def prepare_many(self, sources: list[Source], datas: list[bytes]) -> tuple[Items | None, list[Failure]]:
         """Decode a chunk of inputs into one block of items, and a failure record for each input
         that cannot be used. The default calls `prepare` per input; a task whose work batches

@@ -290,6 +290,9 @@ class EmbedTask(Task):
         extra = len(self.prefix) + len(self.prompt_ids) + len(self.suffix)
         return cut.block(extra), failures
 
+    def close_reading(self) -> None:
+        self.documents.close()
+
     def prepare(self, source: Source, data: bytes) -> list[Item]:
         """One file's items, each payload the ids the model sees ([CLS] + prompt + window + [SEP]):
         for callers that look at one file (the pipeline uses `prepare_many`)."""
