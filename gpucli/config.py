@@ -138,6 +138,8 @@ def convert(raw: Any, kind: type, where: str) -> Any:
         if kind is bool:
             if isinstance(raw, bool):
                 return raw
+            if not isinstance(raw, str):  # a TOML number: `quiet = 1` is not a boolean in TOML
+                raise UsageError(f"{where}: {raw!r} is not true or false")
             text = str(raw).strip().lower()
             if text in ("1", "true", "yes", "on"):
                 return True
@@ -149,6 +151,9 @@ def convert(raw: Any, kind: type, where: str) -> Any:
             return tuple(str(x).strip() for x in items if str(x).strip())
         if kind in (int, float) and not isinstance(raw, str):
             return _typed_number(raw, kind, where)
+        if kind is str and not isinstance(raw, str):  # `devices = 0`: TOML says it is a number
+            shown = str(raw).lower() if isinstance(raw, bool) else repr(raw)
+            raise UsageError(f'{where}: {shown} is not text; quote it ("...")')
         if kind in (int, float, str):
             return kind(raw)
     except (TypeError, ValueError):

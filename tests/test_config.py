@@ -46,6 +46,9 @@ def test_invalid_settings_say_what_to_fix(cli, env):
     ("max_wait_ms = false", "max_wait_ms: false is not a number"),
     ("max_wait_ms = 2.5", None),
     ("[embed]\nchunk_overlap = true", "chunk_overlap: true is not a number"),
+    ("quiet = 1", "quiet: 1 is not true or false"),
+    ('quiet = "yes"', None),
+    ("devices = 0", "devices: 0 is not text"),
 ])
 def test_a_toml_value_of_another_type_than_its_option_is_exit_2(tmp_path, line, message):
     toml = tmp_path / "c.toml"
