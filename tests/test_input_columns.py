@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -90,3 +91,35 @@ def test_a_run_the_ledger_refuses_leaves_an_older_output_as_it_was(tree, tmp_pat
     with pytest.raises(UsageError, match="--full"):
         run_fake(root, str(out), task_options={"sleep_ms": 1.0})  # other settings: refused
     assert part.read_bytes() == before
+
+
+def test_jsonl_rows_are_written_without_pandas(tree, tmp_path):
+    """pyarrow turns a nanosecond timestamp into Python only through pandas, which gpucli does
+    not require: the JSON lines sink writes `mtime` itself, as pandas' isoformat would."""
+    import subprocess
+    import sys
+    import textwrap
+
+    root = tree({"a.txt": "one two\n"})
+    out = tmp_path / "out.jsonl"
+    script = textwrap.dedent(f"""
+        import sys
+        class NoPandas:
+            def find_spec(self, name, path=None, target=None):
+                if name == "pandas" or name.startswith("pandas."):
+                    raise ImportError("no pandas here")
+        sys.meta_path.insert(0, NoPandas())
+        sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+        from gpucli.config import RunConfig
+        from gpucli.pipeline import run
+        s = run(RunConfig(task="tests.fake_task:FakeTask", paths=({str(root)!r},), out={str(out)!r},
+                          progress="off", devices="cpu"))
+        assert "pandas" not in sys.modules
+        sys.exit(s.exit_code)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    row = json.loads(out.read_text().splitlines()[0])
+    mtime = (root / "a.txt").stat().st_mtime_ns
+    assert row["mtime"].endswith("+00:00") and dt.datetime.fromisoformat(row["mtime"]).timestamp() == \
+        pytest.approx(mtime / 1e9, abs=1e-6)

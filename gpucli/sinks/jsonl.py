@@ -76,7 +76,7 @@ class JsonlSink(Sink):
         if table.num_rows == 0:
             return None
         data = "".join(json.dumps(row, ensure_ascii=False, default=_plain) + "\n"
-                       for row in table.to_pylist()).encode("utf-8")
+                       for row in _without_timestamps(table).to_pylist()).encode("utf-8")
         start = self._size
         try:
             view = memoryview(data)
@@ -182,6 +182,35 @@ def _span(name: str) -> tuple[int, int]:
     return int(start), int(end)
 
 
+
+
+def _without_timestamps(table):
+    """Timestamp columns (`mtime`) as ISO 8601 text, written here: pyarrow converts a nanosecond
+    timestamp to Python only through pandas, which gpucli does not require (without it every
+    write failed). The text is what pandas' `Timestamp.isoformat` gives, so that rows written
+    with and without pandas read the same: 9 digits of fraction when the nanoseconds say so, 6
+    for whole microseconds, none for whole seconds, then the offset (`+00:00`)."""
+    import pyarrow as pa
+
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type) and field.type.tz in ("UTC", "+00:00"):
+            ns = table.column(i).cast(pa.timestamp("ns", tz=field.type.tz)).cast(pa.int64()).to_pylist()
+            table = table.set_column(i, field.name, pa.array([_iso_utc(v) for v in ns], pa.string()))
+    return table
+
+
+def _iso_utc(ns: int | None) -> str | None:
+    import datetime as dt
+
+    if ns is None:
+        return None
+    seconds, fraction = divmod(ns, 10**9)
+    text = dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    if fraction % 1000:
+        text += f".{fraction:09d}"
+    elif fraction:
+        text += f".{fraction // 1000:06d}"
+    return text + "+00:00"
 
 
 def _plain(value):
