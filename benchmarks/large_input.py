@@ -17,8 +17,9 @@ Linear: seconds per MB stay flat as the size doubles (the ratio 20 MB / 5 MB of 
 time is ~4, not ~16). Measured on the 2-core planning machine under load (issue 33), takes in
 seconds, now / before:
 
-    part_rows 1000:    5 MB 0.08 / 0.19, 10 MB 0.08 / 0.70, 20 MB 0.18 / 2.82, 40 MB 0.25 / 14.7
+    part_rows 1000:    5 MB 0.027 / 0.14, 10 MB 0.056 / 0.51, 20 MB 0.12 / 2.3, 40 MB 0.29 / 8.7
     part_rows 10000:  25 MB 0.05 / 2.6,  50 MB 0.48 / 15.9, 100 MB 0.78 / 65.8
+    end to end, part_rows 1000: 5 MB 0.36 s, 10 MB 0.43 s, 20 MB 0.63 s, 40 MB 1.04 s elapsed
     end to end, 100 MB (52,402 chunks): 3.7 s elapsed, 0.28 s in the writer thread
 
     python benchmarks/large_input.py [--sizes 5,10,20] [--part-rows 1000] [--skip-e2e]
