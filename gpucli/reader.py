@@ -136,8 +136,9 @@ async def read_chunks(
     processes: ReaderProcesses | None = None,
     attempts: Attempts | None = None,
 ) -> AsyncIterator[ReadChunk]:
-    """Walk (`found`: the walk's blocks) and read `chunk_files` files at a time, `in_flight`
-    chunks at once, yielding chunks as they finish. The walk runs in a thread. With `lookup`,
+    """Walk (`found`: the walk's blocks) and read `chunk_files` files at a time (a task's
+    `read_weight` may count a file as several), `in_flight` chunks at once, yielding chunks as
+    they finish. The walk runs in a thread. With `lookup`,
     files an earlier run finished are not even read when their size and mtime are unchanged.
     `seen` (for --prune) gets the paths of each chunk of the walk, inputs and failure records.
     `busy` (a context manager) times the reading. With `processes`, each chunk is read and
@@ -176,12 +177,13 @@ async def read_chunks(
 
     blocks = iter(found)
     rest: list[Source | Failure] = []  # what the last chunk left of a walk block
+    weigh = getattr(task, "read_weight", None)  # files that count as several (documents), or None
 
     def next_sources() -> tuple[list[Source], list[Failure], bool, Any]:
         """The next chunk of the walk: (its sources, the walk's failure records, whether the walk
         ended, the chunk handed to a reader process if there are any)."""
         nonlocal rest
-        sources, failures, size = [], [], 0
+        sources, failures, size, weight = [], [], 0, 0
         while True:
             block, rest = rest, []
             if not block:
@@ -192,7 +194,8 @@ async def read_chunks(
                 if isinstance(entry, Source):
                     sources.append(entry)
                     size += entry.size
-                    if len(sources) >= chunk_files or size >= CHUNK_BYTES:
+                    weight += 1 if weigh is None else weigh(entry.path)
+                    if weight >= chunk_files or size >= CHUNK_BYTES:
                         rest = block[i + 1:]
                         break
                 else:

@@ -88,6 +88,10 @@ class Task:
     cpu_max_cost: ClassVar[int] = 0
     queue_items: ClassVar[int] = 2048  # items waiting for a batch; lower it for big items (audio, images)
     max_file_mb: ClassVar[float] = 512.0  # larger inputs are failure records unless --max-file-mb says more
+    # path -> how many files it counts as in a read chunk, or None (every file counts one): a task
+    # whose inputs differ a lot in work (embed: a PDF against a one-sentence text) spreads the heavy
+    # ones over more chunks, and so over the reader threads or processes
+    read_weight: ClassVar[Callable[..., int] | None] = None
     read_chunk_files: ClassVar[int] = 64  # files per reader thread call (8 calls in flight): decoded
     # inputs wait in memory, so tasks with big decoded inputs read fewer at a time
 
