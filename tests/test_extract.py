@@ -688,3 +688,12 @@ def test_a_real_docx_damaged_mid_file_costs_that_file_with_the_librarys_reason()
     data[start:start + 64] = bytes(64)
     reason = refusal("docx", bytes(data))
     assert reason.startswith("not a valid DOCX file (") and len(reason) < 260
+
+
+def test_html_landmarks_of_a_sites_chrome_and_hidden_elements_are_dropped():
+    """Sphinx and PyData pages put navigation in div role="navigation", not <nav>."""
+    page = (b'<html><head><title>Guide</title></head><body><div role="navigation">Previous | Next</div>'
+            b'<div role="search"><p>Quick search</p></div><div role="banner">Site name</div>'
+            b'<p hidden>Hidden note</p><span aria-hidden="true">icon</span>'
+            b'<div role="main"><p>The body of the page.</p></div><div role="contentinfo">Copyright</div></body></html>')
+    assert extract("html", page).text == "Guide\n\nThe body of the page."
