@@ -80,13 +80,27 @@ def _has(ids: Any, token: int) -> bool:
 
 def _covers_letter(text: str, offsets: np.ndarray) -> np.ndarray:
     """Per token, whether any character it covers is a letter: a prefix sum over the text's
-    letters, classified once per distinct character."""
+    letters, looked up in a table of the Basic Multilingual Plane (a sort of a long document's
+    characters cost a second a few MB), characters beyond it one by one."""
     codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    distinct, where = np.unique(codes, return_inverse=True)
-    letter = np.fromiter((chr(c).isalpha() for c in distinct.tolist()), dtype=bool, count=len(distinct))[where]
+    letter = np.zeros(len(codes), dtype=bool)
+    plane = codes < 0x10000
+    letter[plane] = _bmp_letters()[codes[plane]]
+    for i in np.flatnonzero(~plane).tolist():
+        letter[i] = chr(int(codes[i])).isalpha()
     before = np.concatenate([[0], np.cumsum(letter)])
     ends = np.clip(offsets, 0, len(codes))
     return before[ends[:, 1]] - before[ends[:, 0]] > 0
+
+
+_BMP: list[np.ndarray] = []
+
+
+def _bmp_letters() -> np.ndarray:
+    """Whether each character of the Basic Multilingual Plane is a letter (built once: ~10 ms)."""
+    if not _BMP:
+        _BMP.append(np.fromiter((chr(c).isalpha() for c in range(0x10000)), dtype=bool, count=0x10000))
+    return _BMP[0]
 
 
 def _script(text: str, spans: np.ndarray) -> str:

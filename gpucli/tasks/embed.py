@@ -352,17 +352,23 @@ class EmbedTask(Task):
         return ids, offsets
 
     def _tokenize_large(self, text: str) -> tuple[Any, Any]:
+        """A long text in slices, SLICES_PER_CALL at a time through `encode_batch`: memory stays
+        bounded, and the tokenizer runs without the GIL on the cores (`encode` holds the GIL: a
+        tree of long PDFs kept the reader threads, and so the extraction children, waiting on it)."""
         import numpy as np
 
         ids, offsets = [], []
-        for k, (start, end) in enumerate(_slices(text, SLICE_CHARS)):
-            prompt = self.prompt if k == 0 else ""
-            enc = self.tokenizer.encode(prompt + text[start:end], add_special_tokens=False)
-            part_ids, part_offsets = enc.ids, enc.offsets
-            if prompt:
-                part_ids, part_offsets = self._without_prompt(part_ids, part_offsets)
-            ids.append(np.asarray(part_ids, dtype=np.int32))
-            offsets.append(np.asarray(part_offsets, dtype=np.int64).reshape(-1, 2) + start)
+        spans = _slices(text, SLICE_CHARS)
+        for first in range(0, len(spans), SLICES_PER_CALL):
+            group = spans[first:first + SLICES_PER_CALL]
+            pieces = [(self.prompt if first + k == 0 else "") + text[a:b] for k, (a, b) in enumerate(group)]
+            for k, ((start, _), enc) in enumerate(zip(group, self.tokenizer.encode_batch(pieces,
+                                                                                           add_special_tokens=False))):
+                part_ids, part_offsets = enc.ids, enc.offsets
+                if first + k == 0 and self.prompt:
+                    part_ids, part_offsets = self._without_prompt(part_ids, part_offsets)
+                ids.append(np.asarray(part_ids, dtype=np.int32))
+                offsets.append(np.asarray(part_offsets, dtype=np.int64).reshape(-1, 2) + start)
         return np.concatenate(ids), np.concatenate(offsets)
 
     # --- worker ---------------------------------------------------------------------------
@@ -445,6 +451,7 @@ DOCUMENT_WEIGHT = 32  # files a document counts as in a read chunk (EmbedTask.re
 CPU_READS_IN_THREADS = 8  # cores up to which a CPU-only run of a real model reads in the parent's threads
 REAL_MODEL_WEIGHTS = 1_000_000  # transformer weights (embeddings aside) from which a model gets a worker per core
 SLICE_CHARS = 1 << 18  # texts longer than this are tokenized in slices (bounded memory per file)
+SLICES_PER_CALL = 8  # slices per encode_batch call: 2 MiB of text at a time
 
 
 class _Windows:
