@@ -11,6 +11,7 @@ Either way the text is cleaned of escape sequences and control characters before
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from gpucli.errors import InputError
@@ -29,6 +30,7 @@ class Documents:
     def __init__(self, timeout_s: float) -> None:
         self.limits = Limits(timeout_s=timeout_s, memory_mb=_child_memory_mb())
         self._pool: LimitedPool | None = None
+        self._lock = threading.Lock()  # reader threads ask for the pool at once
 
     def read(self, sources: list[Source], datas: list[bytes]) -> tuple[list[tuple[Source, Document]], list[Failure]]:
         """(source, document) for each usable input, in order, and a failure record per other.
@@ -59,17 +61,22 @@ class Documents:
         return kept, failures
 
     def pool(self) -> LimitedPool:
-        if self._pool is None:
-            self._pool = LimitedPool(EXTRACT_TARGET, default_size(), self.limits)
-        return self._pool
+        with self._lock:
+            if self._pool is None:
+                self._pool = LimitedPool(EXTRACT_TARGET, default_size(), self.limits)
+            return self._pool
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
-    def __getstate__(self) -> dict:  # a task is pickled to reader processes: the pool stays here
-        return {"limits": self.limits, "_pool": None}
+    def __getstate__(self) -> dict:  # should a task be pickled, its children stay with this process
+        return {"limits": self.limits}
+
+    def __setstate__(self, state: dict) -> None:
+        self.limits, self._pool, self._lock = state["limits"], None, threading.Lock()
 
 
 def extract_clean(fmt: str, data: bytes) -> Document:
