@@ -82,7 +82,8 @@ def _embed_batches(task, counts: list[int]):
         text = np.empty(count, dtype=object)
         text[:] = [f"text {i}" for i in ids]
         blocks.append(Items(ids, np.zeros(count, np.int64), np.full(count, 3), None,
-                            {"char_start": np.zeros(count, np.int64), "char_end": np.full(count, 6), "text": text}))
+                            {"page": np.zeros(count, np.int32), "char_start": np.zeros(count, np.int64),
+                             "char_end": np.full(count, 6), "text": text}))  # page 0: a format without pages
         next_id += count
     return blocks, sources
 
@@ -100,7 +101,7 @@ def test_results_of_one_wake_up_become_rows_together_and_each_row_keeps_its_inpu
         accounts.expect(sources[start:start + len(block)], block)
     outputs = [np.full((len(b), 4), float(n), np.float32) for n, b in enumerate(blocks)]
     accounts.outputs_many(list(zip(blocks, outputs)))
-    assert len(accounts.buffer._tables) == 1  # one table for the three batches
+    assert len(accounts.buffer._fresh) == 1  # one table for the three batches
     part = accounts.take_part()
     rows = part.table.to_pylist()
     assert [r["path"] for r in rows] == [f"f{i}.txt" for i in range(9)]
