@@ -32,7 +32,7 @@ import numpy as np
 from gpucli import __version__, tables
 from gpucli.batching import WINDOW_BATCHES, BatchCaps
 from gpucli.config import RunConfig
-from gpucli.devices import all_cpu
+from gpucli.devices import all_cpu, host_cores
 from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, GpucliError, UsageError
 from gpucli.output import Output
 from gpucli.progress import Counts, Progress, make_progress
@@ -106,10 +106,6 @@ def _in_blocks(found: Iterator[Found], size: int = 256) -> Iterator[list[Source 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class BusyClock:
@@ -352,7 +348,7 @@ class Job:
         devices = resolve_devices(self.config.devices)
         per_device = self.config.workers_per_device
         if not per_device:
-            per_device = self.task.cpu_workers(_cores()) if devices == ["cpu"] else 1
+            per_device = self.task.cpu_workers(host_cores()) if devices == ["cpu"] else 1
         return [device for device in devices for _ in range(per_device)]
 
     def reader_processes(self, devices: list[str]):
@@ -363,7 +359,7 @@ class Job:
 
         count = self.config.read_processes
         if count < 0:
-            count = self.task.reader_processes(_cores(), devices)
+            count = self.task.reader_processes(host_cores(), devices)
         return ReaderProcesses(self.spec, count) if count > 0 else None
 
     def attempts(self):

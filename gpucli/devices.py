@@ -12,6 +12,12 @@ from pathlib import Path
 from gpucli.errors import UsageError
 
 
+def host_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container or taskset may
+    narrow), else the machine's count."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def all_cpu(devices: list[str]) -> bool:
     """Whether a run's workers all run on the CPU (an empty list: not known yet, so no)."""
     return bool(devices) and all(d == "cpu" for d in devices)

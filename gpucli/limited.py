@@ -33,8 +33,9 @@ SHARING_CORES = 1
 
 
 def default_size() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // max(1, SHARING_CORES))
+    from gpucli.devices import host_cores
+
+    return max(1, host_cores() // max(1, SHARING_CORES))
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,7 @@ class LimitedPool:
             if child.process.is_alive():
                 child.process.kill()
             child.process.join(5)
+        self._finalizer.cancel()  # closed: the exit hook need not hold this pool any longer
 
 
 def _outcome(kind: str, value: Any, limits: Limits) -> Any:

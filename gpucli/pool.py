@@ -421,7 +421,9 @@ def _exit_text(code: int | None) -> str:
 
 def _threads_per_worker(devices: list[str]) -> int:
     cpu_workers = sum(1 for d in devices if d == "cpu")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    from gpucli.devices import host_cores
+
+    cores = host_cores()
     if cpu_workers == 0:
         return 1 if len(devices) > cores else max(1, min(4, cores // len(devices)))
     return max(1, cores // cpu_workers)

@@ -348,7 +348,9 @@ def _threads() -> int:
     value = os.environ.get("OMP_NUM_THREADS", "")
     if value.isdigit() and int(value) > 0:
         return int(value)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    from gpucli.devices import host_cores
+
+    return host_cores()
 
 
 # --- faster-whisper --------------------------------------------------------------------------

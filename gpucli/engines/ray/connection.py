@@ -191,7 +191,9 @@ def first_line(exc: BaseException) -> str:
 
 
 def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    from gpucli.devices import host_cores
+
+    return host_cores()
 
 
 @contextlib.contextmanager
