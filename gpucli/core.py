@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from gpucli import __version__, tables
+from gpucli.backends.choice import backend_default
 from gpucli.batching import WINDOW_BATCHES, BatchCaps
 from gpucli.config import RunConfig
 from gpucli.devices import all_cpu, host_cores
@@ -143,48 +144,6 @@ def task_and_spec(config: RunConfig) -> tuple[type[Task], TaskSpec]:
     task_cls = get_task(config.task)
     return task_cls, TaskSpec(config.task, config.model or task_cls.default_model, dict(config.task_options),
                               config.dtype, config.revision)
-
-
-def backend_default(spec: TaskSpec, task_cls: type[Task], config: RunConfig, made_with: dict | None) -> TaskSpec:
-    """The spec with the backend this output runs on, for a task that has `--backend`.
-
-    Given (flag, GPUCLI_BACKEND, config file): that. Not given: a new output (or `--full`) gets
-    `auto` (ONNX Runtime on a CPU host where it is faster and installed: gpucli.backends), but
-    on Ray only with `--devices cpu` (the driver cannot see the cluster's GPUs before it joins,
-    and a GPU actor must not get a CPU graph); an existing output keeps the backend it was made
-    with, and `auto` keeps the runtime it chose then (`made_with`: the ledger's settings, {} for
-    a ledger that predates them), so no rerun (cron) changes an output's vectors or asks for
-    `--full` when gpucli's default changes. An output made before `auto` was the default holds
-    `torch`, or no backend at all (made before there was a choice): it stays on torch."""
-    options_cls = task_cls.Options
-    if not dataclasses.is_dataclass(options_cls) or "backend" not in {f.name for f in dataclasses.fields(options_cls)}:
-        return spec
-    options = dict(spec.options)
-    given = "backend" in config.task_options
-    on_cpu = config.devices.strip().lower() == "cpu"
-    if made_with is None:
-        if not given and (config.engine != "ray" or on_cpu):
-            options["backend"] = "auto"
-        return dataclasses.replace(spec, options=options)
-    stored = made_with.get("options") or {}
-    if not given and "backend" in stored:
-        options["backend"] = stored["backend"]
-    runtime = (made_with.get("info") or {}).get("gpucli.runtime", "torch")  # left out of the settings when torch
-    if runtime == "onnx" and options.get("backend") == "auto" and not (on_cpu or _cpu_only_run(config)):
-        raise UsageError(f"--out {config.out or default_out(task_cls.name)} was made on ONNX Runtime on the CPU "
-                         "(--backend auto chose it then), and this run may use a GPU: pass --devices cpu to "
-                         "continue it as it was made, or --backend torch --full to rebuild it on torch")
-    return dataclasses.replace(spec, options=options, runtime=runtime)
-
-
-def _cpu_only_run(config: RunConfig) -> bool:
-    """The local engine's devices are all CPUs (no CUDA context made). On Ray the driver cannot
-    tell before it joins: only --devices cpu says so."""
-    if config.engine == "ray":
-        return False
-    from gpucli.devices import resolve_devices
-
-    return all_cpu(resolve_devices(config.devices))
 
 
 def batch_caps(config: RunConfig, task_cls: type[Task], devices: list[str] | None = None) -> BatchCaps:
@@ -301,12 +260,13 @@ class Job:
         from gpucli.hub import download_progress_hidden
 
         check_roots(self.config.paths)
-        self.output = Output(self.config.out or default_out(self.task_cls.name), self.config.incremental,
-                             state_dir=getattr(self.config, "state_dir", ""))
-        self.spec = backend_default(self.spec, self.task_cls, self.config, self.output.made_with())
+        out = self.config.out or default_out(self.task_cls.name)
+        self.output = Output(out, self.config.incremental, state_dir=getattr(self.config, "state_dir", ""))
+        self.spec = backend_default(self.spec, self.task_cls, self.config, self.output.made_with(), out)
         self.task = self.task_cls(self.spec)
         with download_progress_hidden(self.config.quiet or self.config.progress == "off"):
             self.task.open()
+        self.spec = self.task.spec  # the backend the task resolved (issue 16): the workers run that, not auto
         quiet_parent_torch()
         self.schema, metadata = tables.output(self.config, output_schema(self.task), output_metadata(self.task))
         settings = output_settings(self.spec, self.task, metadata)

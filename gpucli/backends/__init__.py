@@ -1,7 +1,7 @@
 """Inference backends beside torch: ONNX Runtime (`gpucli.backends.onnx`).
 
 A task runs its model through torch, or with `--backend onnx` (and with `auto`, a new output's
-default, on a CPU host: gpucli.core.backend_default) the same weights are exported once to an ONNX
+default, on a CPU host: gpucli.backends.choice) the same weights are exported once to an ONNX
 graph in a per-user cache and run by ONNX Runtime in the workers; tokenizing, batching, pooling
 and output stay the task's own. Nothing here imports torch or onnxruntime at import time:
 `gpucli --help` imports the tasks, and the parent never needs them.
