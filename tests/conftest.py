@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "sample_data"
 
 # Spawned workers import tests.fake_task: make the repo root importable for them too.
 if str(ROOT) not in sys.path:
@@ -19,17 +18,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get
 # tests/test_onnx.py test the default and the ONNX path themselves, with this variable removed).
 os.environ["GPUCLI_BACKEND"] = "torch"
 
-
-def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
-    """Create files (str as UTF-8, bytes as is) under root; returns root."""
-    for rel, content in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
-    return root
+from tests.helpers import write_tree  # noqa: E402
 
 
 @pytest.fixture

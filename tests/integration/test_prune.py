@@ -20,9 +20,7 @@ from gpucli.errors import RunFailedError
 from gpucli.output import Output
 from gpucli.records import Source
 from gpucli.walk import WalkFilter, WalkReport, walk
-from tests.conftest import ROOT
-from tests.test_pipeline import read_rows
-from tests.test_walk import unlistable
+from tests.helpers import ROOT, read_rows, unlistable
 
 SETTINGS = {"task": "unit"}
 

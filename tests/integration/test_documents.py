@@ -17,7 +17,7 @@ from gpucli.cli import app
 from gpucli.extract import extract
 from gpucli.records import Source
 from gpucli.tasks import TaskSpec, create_task
-from tests.conftest import SAMPLE
+from tests.helpers import SAMPLE
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 

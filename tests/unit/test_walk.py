@@ -13,6 +13,7 @@ from gpucli.reader import read_chunk
 from gpucli.records import Item, Source
 from gpucli.tasks import Task, TaskSpec
 from gpucli.walk import WalkFilter, WalkReport, walk
+from tests.helpers import unlistable
 
 TXT = WalkFilter((".txt",))
 EMBED_LIKE = WalkFilter((".txt", ".json", ".jsonl"))  # the embed task reads .json and .jsonl too
@@ -40,16 +41,6 @@ def read_source(source: Source, prepare, max_bytes: int) -> SimpleNamespace:
     return SimpleNamespace(items=items, failure=chunk.failures[0] if chunk.failures else None)
 
 
-def unlistable(monkeypatch, directory: Path) -> None:
-    """os.scandir fails for this one directory, as for permission denied or a stale mount."""
-    real_scandir = os.scandir
-
-    def scandir(path=".", *args):
-        if os.path.abspath(path) == str(directory):
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_scandir(path, *args)
-
-    monkeypatch.setattr(os, "scandir", scandir)
 
 
 # --- item 1: what the walk could not see --------------------------------------------------------

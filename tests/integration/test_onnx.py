@@ -23,7 +23,7 @@ from gpucli.backends import onnx as ob  # noqa: E402
 from gpucli.backends import onnx_available, resolve_backend, worker_threads  # noqa: E402
 from gpucli.errors import UsageError  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IMAGES = sorted(p for p in (ROOT / "sample_data" / "images").iterdir() if p.suffix in (".jpg", ".png"))
 SHORT = ["A cat sat on the mat.", "Hello world", "Paris is the capital of France.", "ok",
          "The quick brown fox jumps over the lazy dog near the river bank at dawn."]

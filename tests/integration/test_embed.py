@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from gpucli.cli import app
 from gpucli.records import Source
 from gpucli.tasks import TaskSpec, create_task
-from tests.conftest import SAMPLE
+from tests.helpers import SAMPLE
 
 pytestmark = pytest.mark.model
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gpucli.errors import LockedError, UsageError
 from gpucli.state import RunLock
-from tests.test_pipeline import read_rows, run_fake
+from tests.helpers import read_rows, run_fake
 
 pytestmark = pytest.mark.slow
 
@@ -160,7 +160,7 @@ def test_sigkill_of_the_command_then_rerun_gives_every_input_once(tree, tmp_path
     files = {f"f{i:03d}.txt": f"item {i}\nmore {i}\n" for i in range(400)}
     root = tree(files)
     out = tmp_path / "out.parquet"
-    script = KILLED_RUN.format(root=str(Path(__file__).resolve().parent.parent), src=str(root), out=str(out))
+    script = KILLED_RUN.format(root=str(Path(__file__).resolve().parents[2]), src=str(root), out=str(out))
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     try:
         deadline = time.monotonic() + 60

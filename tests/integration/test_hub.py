@@ -377,7 +377,7 @@ def test_a_package_model_records_name_and_version():
 
 
 def test_classify_loads_a_cached_hub_id_offline_and_records_its_commit(tmp_path, hf_home, monkeypatch):
-    from tests.test_classify import save_tiny_vit
+    from tests.helpers import save_tiny_vit
 
     cache_model(hf_home, "tiny-org/tiny-vit", save_tiny_vit(tmp_path / "vit"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -395,7 +395,7 @@ def test_classify_loads_a_cached_hub_id_offline_and_records_its_commit(tmp_path,
 
 
 def test_classify_downloads_a_hub_id_on_first_use(tmp_path, fake_hub, hf_home):
-    from tests.test_classify import save_tiny_vit
+    from tests.helpers import save_tiny_vit
 
     vit = save_tiny_vit(tmp_path / "vit")
     fake_hub.repos["tiny-org/tiny-vit"] = {str(p.relative_to(vit)): p.read_bytes() for p in vit.iterdir()}
@@ -406,7 +406,7 @@ def test_classify_downloads_a_hub_id_on_first_use(tmp_path, fake_hub, hf_home):
 
 
 def test_classify_with_a_revision_not_cached_is_exit_2_naming_it(tmp_path, hf_home, monkeypatch):
-    from tests.test_classify import save_tiny_vit
+    from tests.helpers import save_tiny_vit
 
     cache_model(hf_home, "tiny-org/tiny-vit", save_tiny_vit(tmp_path / "vit"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -599,8 +599,7 @@ def test_cli_downloads_a_classifier_and_records_its_commit_in_the_output(tmp_pat
 
     import pyarrow.parquet as pq
 
-    from tests.conftest import ROOT
-    from tests.test_classify import save_tiny_vit
+    from tests.helpers import ROOT, save_tiny_vit
 
     vit = save_tiny_vit(tmp_path / "vit")
     fake_hub.repos["tiny-org/tiny-vit"] = {str(p.relative_to(vit)): p.read_bytes() for p in vit.iterdir()}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from tests.test_pipeline import read_rows, run_fake
+from tests.helpers import read_rows, run_fake
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ SCRIPT = textwrap.dedent("""
 def test_interrupt_exits_promptly_with_readable_output(tree, tmp_path, sig, code):
     root = tree({f"f{i:04d}.txt": f"item {i}\n" for i in range(3000)})
     out = tmp_path / "out.parquet"
-    script = SCRIPT.format(root=str(Path(__file__).resolve().parent.parent), src=str(root), out=str(out))
+    script = SCRIPT.format(root=str(Path(__file__).resolve().parents[2]), src=str(root), out=str(out))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 REPO_DIRS = ("gpucli", "tests", "configs", "benchmarks", "sample_data")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from tests.conftest import write_tree
+from tests.helpers import write_tree
 from tests.ray_cluster import ADDRESS, Cluster, fake_run, usable
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fake_task import FAKE
-from tests.test_output_reliability import expected_rows, jsonl_rows, parquet_rows
+from tests.helpers import expected_rows, jsonl_rows, parquet_rows
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ from gpucli.records import Item, Source
 from gpucli.tasks import TaskSpec, _audio, create_task, get_task
 from gpucli.tasks.transcribe import FUNASR, WHISPER, TranscribeTask, _compute_type, resolve_backend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WAVS = ROOT / "sample_data" / "wavs"
 SR = 16000
 

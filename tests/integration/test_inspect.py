@@ -165,7 +165,7 @@ def test_inspect_of_a_damaged_ledger_exits_2(tmp_path):
 
 @pytest.mark.slow
 def test_inspect_describes_a_real_run_with_a_failure(tree, tmp_path):
-    from tests.test_pipeline import run_fake
+    from tests.helpers import run_fake
 
     root = tree({"ok.txt": "one\ntwo\n", "more.txt": "three\n", "bad.txt": b"\xff\xfe\xfa not utf8"})
     for out in (tmp_path / "out.parquet", tmp_path / "out.jsonl"):

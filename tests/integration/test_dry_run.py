@@ -11,7 +11,7 @@ import pytest
 from gpucli.config import RunConfig
 from gpucli.dryrun import dry_run
 from tests.fake_task import FAKE
-from tests.test_pipeline import read_rows, run_fake
+from tests.helpers import read_rows, run_fake
 
 
 def actions(capsys, root, out, **kw) -> dict[str, str]:

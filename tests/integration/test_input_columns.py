@@ -109,7 +109,7 @@ def test_jsonl_rows_are_written_without_pandas(tree, tmp_path):
                 if name == "pandas" or name.startswith("pandas."):
                     raise ImportError("no pandas here")
         sys.meta_path.insert(0, NoPandas())
-        sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from gpucli.config import RunConfig
         from gpucli.pipeline import run
         s = run(RunConfig(task="tests.fake_task:FakeTask", paths=({str(root)!r},), out={str(out)!r},

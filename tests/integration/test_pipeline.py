@@ -7,27 +7,17 @@ import os
 import random
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from gpucli.config import RunConfig
 from gpucli.errors import WorkerSetupError
-from gpucli.pipeline import run
-from tests.fake_task import FAKE
+from tests.helpers import read_rows, run_fake
 
 pytestmark = pytest.mark.slow
 
 
-def run_fake(paths, out: Path, options: dict | None = None, **kw):
-    kw.setdefault("devices", "cpu")
-    config = RunConfig(task=FAKE, paths=tuple(str(p) for p in paths), out=str(out), progress="off",
-                       task_options=options or {}, **kw)
-    return run(config)
 
 
-def read_rows(out: Path) -> list[dict]:
-    return ds.dataset(str(out), format="parquet").to_table().to_pylist()
 
 
 def corpus(tree, count: int, seed: int = 0) -> tuple[Path, dict[str, list[str]]]:

@@ -9,7 +9,7 @@ from gpucli.records import Source
 from gpucli.tasks import TaskSpec, create_task
 from gpucli.tasks._chunking import text_windows, windows
 from gpucli.tasks._unknown import MAX_UNKNOWN_SHARE, Unknown
-from tests.conftest import SAMPLE
+from tests.helpers import SAMPLE
 
 LONG = ["nature/bird_migration.txt", "tech/how_the_internet_works.txt", "culture/printing_press.txt"]
 

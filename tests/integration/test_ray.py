@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -23,31 +22,14 @@ from typer.testing import CliRunner
 from gpucli.cli import app
 from gpucli.config import RunConfig
 from gpucli.errors import UsageError, WorkerSetupError
-from tests.conftest import ROOT, SAMPLE
 from tests.fake_task import FAKE
+from tests.helpers import ROOT, SAMPLE, run_with
 
 SUMMARY_KEYS = ("inputs", "succeeded", "failed", "skipped", "unchanged", "rows", "exit_code", "unfinished")
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
-    from gpucli.engines.ray import start_local
-
-    temp_dir = tempfile.mkdtemp(prefix="gpucli-ray-test-")  # short: Ray's socket paths must fit 107 bytes
-    start_local(temp_dir, num_cpus=2, object_store_bytes=128 * 2**20)
-    yield ray
-    ray.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def run_with(engine: str, task: str, paths, out: Path, options: dict | None = None, **kw):
-    from gpucli.engines import run_engine
-
-    config = RunConfig(task=task, paths=tuple(str(p) for p in paths), out=str(out), progress="off", devices="cpu",
-                       engine=engine, task_options=options or {}, **kw)
-    return run_engine(config)
 
 
 def rows_by_key(out: Path) -> dict[tuple[str, int], dict]:

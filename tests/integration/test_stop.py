@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import WorkerSetupError
-from tests.test_pipeline import run_fake
+from tests.helpers import run_fake
 
 pytestmark = pytest.mark.slow
 
-ROOT = str(Path(__file__).resolve().parent.parent)
+ROOT = str(Path(__file__).resolve().parents[2])
 SCRIPT = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
@@ -143,7 +143,7 @@ def test_a_signal_mid_run_exits_143_within_the_deadline_and_a_rerun_finishes_exa
     source = Path(script_source(proc.args[-1]))
     summary = run_fake([source], out, {"sleep_ms": 300}, batch_size=4, workers_per_device=2)  # the same settings
     assert summary.exit_code == 0
-    from tests.test_pipeline import read_rows
+    from tests.helpers import read_rows
 
     paths = [r["path"] for r in read_rows(out)]
     assert len(paths) == 200 and len(set(paths)) == 200, "every input exactly once after the rerun"
@@ -172,7 +172,7 @@ def test_a_large_file_that_kills_its_reader_twice_becomes_a_failure_record(tree,
     assert summary.failed == 1 and summary.exit_code == 1
     failures = Path(summary.failures_file).read_text()
     assert "bad.txt" in failures and "died twice" in failures
-    from tests.test_pipeline import read_rows
+    from tests.helpers import read_rows
 
     assert sorted({r["path"] for r in read_rows(out)}) == [f"ok{i}.txt" for i in range(5)]
 

@@ -21,7 +21,7 @@ from gpucli.errors import InputError
 from gpucli.extract import FORMATS, Document, Format, extract, extractor_versions, format_for, suffixes
 from gpucli.extract._zip import MAX_UNCOMPRESSED
 
-DATA = Path(__file__).resolve().parent / "data" / "docs"
+DATA = Path(__file__).resolve().parents[1] / "data" / "docs"
 NAMES = ["pdf", "docx", "pptx", "odt", "odp", "epub", "html", "xml", "rtf", "ipynb", "eml"]
 
 
@@ -61,7 +61,7 @@ def test_format_for_goes_by_suffix_in_any_case_and_plain_text_is_none():
 
 
 def test_the_package_imports_only_the_standard_library_at_module_level():
-    tree = ast.parse((Path(__file__).parent.parent / "gpucli" / "extract" / "__init__.py").read_text())
+    tree = ast.parse((Path(__file__).parents[2] / "gpucli" / "extract" / "__init__.py").read_text())
     imported = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
     stdlib_roots = set(sys.stdlib_module_names) | {"__future__"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED
-from tests.test_pipeline import run_fake
+from tests.helpers import run_fake
 
 pytestmark = pytest.mark.slow
 

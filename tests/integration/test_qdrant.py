@@ -9,10 +9,8 @@ import json
 import os
 import re
 import socket
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -20,19 +18,15 @@ import pytest
 
 from gpucli.config import RunConfig
 from gpucli.errors import GpucliError, LockedError, UsageError
-from gpucli.pipeline import Pipeline, run
+from gpucli.pipeline import Pipeline
 from gpucli.sinks import open_sink
 from gpucli.sinks.qdrant import QdrantSink, Retry, parse_target, point_id
 from tests.fake_task import FAKE
+from tests.helpers import FaultStub, points, qdrant_schema, qdrant_table, run_fake
 
 SECRET = "s3cret-key-never-shown"
 
 
-def run_fake(paths, out: str, options: dict | None = None, **kw):
-    kw.setdefault("devices", "cpu")
-    config = RunConfig(task=FAKE, paths=tuple(str(p) for p in paths), out=out, progress="off",
-                       task_options=options or {}, **kw)
-    return run(config)
 
 
 def run_keeping_pipeline(paths, out: str) -> tuple[Pipeline, BaseException | None]:
@@ -46,19 +40,6 @@ def run_keeping_pipeline(paths, out: str) -> tuple[Pipeline, BaseException | Non
     return pipeline, None
 
 
-def points(storage: Path, collection: str) -> list:
-    from qdrant_client import QdrantClient
-
-    client = QdrantClient(path=str(storage))
-    try:
-        found, offset = [], None
-        while True:
-            batch, offset = client.scroll(collection, limit=256, offset=offset, with_payload=True, with_vectors=True)
-            found.extend(batch)
-            if offset is None:
-                return found
-    finally:
-        client.close()
 
 
 @pytest.fixture(autouse=True)
@@ -214,9 +195,9 @@ def test_another_model_needs_full_and_then_replaces_the_collection(tree, tmp_pat
 
 def test_reset_empties_the_collection_and_supersede_drops_paths(tmp_path):
     sink = open_sink(f"qdrant:{tmp_path / 'qd'}/docs")
-    sink.open(_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+    sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
     try:
-        sink.write(_table([("a.txt", 0), ("a.txt", 1), ("b.txt", 0), ("c.txt", 0)]))
+        sink.write(qdrant_table([("a.txt", 0), ("a.txt", 1), ("b.txt", 0), ("c.txt", 0)]))
         sink.supersede({"docs": {"a.txt", "c.txt"}}, {"a.txt"})
         sink.supersede({"docs": {"a.txt", "c.txt"}}, set())  # idempotent
         assert [p.payload["path"] for p in sink.conn.client.scroll("docs")[0]] == ["b.txt"]
@@ -229,12 +210,12 @@ def test_reset_empties_the_collection_and_supersede_drops_paths(tmp_path):
 def test_the_sink_refuses_to_mix_models_until_reset(tmp_path):
     _collection(tmp_path / "qd", "docs", 4, {"gpucli.model": "other-model"})
     sink = open_sink(f"qdrant:{tmp_path / 'qd'}/docs")
-    sink.open(_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+    sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
     try:
         with pytest.raises(UsageError, match="other-model"):
-            sink.write(_table([("a.txt", 0)]))
+            sink.write(qdrant_table([("a.txt", 0)]))
         sink.reset()
-        assert sink.write(_table([("a.txt", 0)])) == "docs"
+        assert sink.write(qdrant_table([("a.txt", 0)])) == "docs"
     finally:
         sink.close()
 
@@ -287,7 +268,7 @@ def test_embedded_storage_in_use_elsewhere_is_locked(tmp_path):
     holder = QdrantClient(path=str(tmp_path / "qd"))  # a notebook, a `gpucli search`...
     try:
         with pytest.raises(LockedError, match="in use by another") as err:
-            open_sink(f"qdrant:{tmp_path / 'qd'}/docs").open(_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+            open_sink(f"qdrant:{tmp_path / 'qd'}/docs").open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
     finally:
         holder.close()
     assert err.value.exit_code == 75
@@ -301,10 +282,10 @@ def test_embedded_writes_are_durable_when_write_returns(tmp_path):
     import sys
 
     target = f"qdrant:{tmp_path / 'qd'}/docs"
-    code = ("import os\nfrom tests.test_qdrant import _schema, _table\nfrom gpucli.sinks import open_sink\n"
-            f"sink = open_sink({target!r})\nsink.open(_schema(), {{'gpucli.model': 'm', 'gpucli.dims': '4'}})\n"
-            "sink.write(_table([('a.txt', i) for i in range(300)]))\nos._exit(0)\n")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=Path(__file__).parent.parent)
+    code = ("import os\nfrom tests.helpers import qdrant_schema as _schema, qdrant_table as _table\nfrom gpucli.sinks import open_sink\n"
+            f"sink = open_sink({target!r})\nsink.open(qdrant_schema(), {{'gpucli.model': 'm', 'gpucli.dims': '4'}})\n"
+            "sink.write(qdrant_table([('a.txt', i) for i in range(300)]))\nos._exit(0)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=Path(__file__).parents[2])
     assert len(points(tmp_path / "qd", "docs")) == 300
     db = sqlite3.connect(tmp_path / "qd" / "collection" / "docs" / "storage.sqlite")
     assert db.execute("pragma journal_mode").fetchone()[0] == "wal"
@@ -320,87 +301,8 @@ def test_a_non_embedding_schema_is_refused(tmp_path):
 
 
 # --- faults: a local HTTP fault injector --------------------------------------------------------
-class FaultStub:
-    """Answers the few REST calls the sink makes with minimal valid bodies, after failing the
-    first `fail_first` requests that match `fail_on` with `fail_status` (or hanging `hang_s`).
-    Not a Qdrant stand-in: it records requests so tests can count tries and read headers."""
-
-    def __init__(self, fail_on: str = r".*", fail_first: int = 0, fail_status: int = 503,
-                 fail_message: str = "stub: overloaded", hang_s: float = 0.0) -> None:
-        self.fail_on, self.fail_first, self.fail_status = re.compile(fail_on), fail_first, fail_status
-        self.fail_message, self.hang_s = fail_message, hang_s
-        self.requests: list[dict] = []
-        self._failed = 0
-        self._lock = threading.Lock()
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                stub._handle(self)
-
-            do_PUT = do_POST = do_DELETE = do_GET
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FaultStub:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def calls(self, pattern: str) -> list[dict]:
-        return [r for r in self.requests if re.search(pattern, f"{r['method']} {r['path']}")]
-
-    def _handle(self, h: BaseHTTPRequestHandler) -> None:
-        body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
-        line = f"{h.command} {h.path.split('?')[0]}"
-        with self._lock:
-            self.requests.append({"method": h.command, "path": h.path.split("?")[0], "t": time.monotonic(),
-                                  "headers": dict(h.headers), "body": json.loads(body) if body else None})
-            failing = self.fail_on.search(line) and self._failed < self.fail_first
-            if failing:
-                self._failed += 1
-        if failing and self.hang_s:
-            time.sleep(self.hang_s)
-        elif failing:
-            return self._send(h, self.fail_status, {"status": {"error": self.fail_message}, "time": 0})
-        self._send(h, 200, {"result": self._result(h.command, h.path.split("?")[0]), "status": "ok", "time": 0.001})
-
-    @staticmethod
-    def _result(method: str, path: str):
-        if path.endswith("/exists"):
-            return {"exists": False}
-        if method == "PUT" and re.fullmatch(r"/collections/[^/]+", path):
-            return True
-        if method == "POST" and path.endswith("/points"):
-            return []  # retrieve: no stale chunks
-        return {"operation_id": 1, "status": "completed"}  # index, upsert, delete
-
-    @staticmethod
-    def _send(h: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        try:
-            h.send_response(status)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (timeout test)
 
 
-def _schema():
-    import pyarrow as pa
-
-    return pa.schema([("path", pa.string()), ("chunk", pa.int32()), ("text", pa.string()),
-                      ("embedding", pa.list_(pa.float32(), 4))])
 
 
 def test_503s_are_retried_with_growing_pauses_then_succeed(monkeypatch):
@@ -408,7 +310,7 @@ def test_503s_are_retried_with_growing_pauses_then_succeed(monkeypatch):
     monkeypatch.setenv("GPUCLI_QDRANT_RETRIES", "5")
     with FaultStub(fail_on=r"/exists$", fail_first=3) as stub:
         sink = open_sink(f"qdrant://127.0.0.1:{stub.port}/docs")
-        sink.open(_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+        sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
         sink.close()
     tries = stub.calls(r"GET .*/exists$")
     assert len(tries) == 4, "three 503s, then an answer"
@@ -427,7 +329,7 @@ def test_a_request_timeout_is_retried(monkeypatch):
     monkeypatch.setenv("GPUCLI_QDRANT_BACKOFF_S", "0.05")
     with FaultStub(fail_on=r"/exists$", fail_first=1, hang_s=2.0) as stub:
         sink = open_sink(f"qdrant://127.0.0.1:{stub.port}/docs")
-        sink.open(_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+        sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
         sink.close()
     assert len(stub.calls(r"/exists$")) == 2
 
@@ -437,9 +339,9 @@ def test_a_4xx_fails_at_once_with_the_servers_message(monkeypatch, fast_retries)
     with FaultStub(fail_on=r"PUT .*/points$", fail_first=99, fail_status=403,
                    fail_message="Invalid api-key or token") as stub:
         sink = open_sink(f"qdrant://127.0.0.1:{stub.port}/docs")
-        sink.open(_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+        sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
         with pytest.raises(GpucliError) as err:
-            sink.write(_table([("a.txt", 0)]))
+            sink.write(qdrant_table([("a.txt", 0)]))
         sink.close()
     assert len(stub.calls(r"PUT .*/points$")) == 1, "a 4xx is not retried"
     message = str(err.value)
@@ -448,21 +350,13 @@ def test_a_4xx_fails_at_once_with_the_servers_message(monkeypatch, fast_retries)
     assert all(r["headers"].get("api-key") == SECRET for r in stub.requests), "the key is sent, in a header"
 
 
-def _table(keys):
-    import numpy as np
-    import pyarrow as pa
-
-    vectors = np.ones((len(keys), 4), dtype=np.float32)
-    return pa.Table.from_arrays([pa.array([k[0] for k in keys]), pa.array([k[1] for k in keys], pa.int32()),
-                                 pa.array(["t"] * len(keys)),
-                                 pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), 4)], schema=_schema())
 
 
 def test_upserts_go_in_batches_with_stable_ids_and_wait():
     with FaultStub() as stub:
         sink = open_sink(f"qdrant://127.0.0.1:{stub.port}/docs?batch=64")
-        sink.open(_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
-        sink.write(_table([(f"f{i // 3}.txt", i % 3) for i in range(150)]))
+        sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+        sink.write(qdrant_table([(f"f{i // 3}.txt", i % 3) for i in range(150)]))
         sink.close()
     upserts = stub.calls(r"PUT .*/points$")
     assert [len(u["body"]["batch"]["ids"]) for u in upserts] == [64, 64, 22]
@@ -527,7 +421,7 @@ def test_the_time_budget_bounds_many_retries(monkeypatch):
     sink = open_sink(f"qdrant://127.0.0.1:{_closed_port()}/docs")
     started = time.monotonic()
     with pytest.raises(GpucliError, match="unreachable"):
-        sink.open(_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+        sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
     assert time.monotonic() - started < 3
 
 
@@ -592,7 +486,7 @@ def test_server_dims_mismatch_is_a_usage_error(server_target):
     import pyarrow as pa
 
     sink = open_sink(server_target)
-    sink.open(_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+    sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
     sink.close()
     other = pa.schema([("path", pa.string()), ("chunk", pa.int32()), ("embedding", pa.list_(pa.float32(), 8))])
     with pytest.raises(UsageError, match="holds 4-d vectors"):

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.state import Ledger
-from tests.test_pipeline import read_rows, run_fake
-from tests.test_ray import ray_session  # noqa: F401 - a fixture
+from tests.helpers import read_rows, run_fake
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +76,7 @@ def test_names_that_are_not_utf8_and_other_odd_names_are_inputs_and_rerun_unchan
 
 
 def test_the_ray_engine_reads_names_that_are_not_utf8(ray_session, tmp_path):  # noqa: F811 - the fixture
-    from tests.test_ray import run_with
+    from tests.helpers import run_with
 
     root = tmp_path / "in"
     root.mkdir()

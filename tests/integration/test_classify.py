@@ -26,10 +26,11 @@ from gpucli.records import Source
 from gpucli.tasks import TaskSpec, create_task, get_task
 from gpucli.tasks._images import Geometry, ShmBatch, ShmPool, read_batch, resize_crop, stack
 from gpucli.tasks.classify import LITE0, ClassifyOptions, first_synonym, imagenet_labels, lite0_available
+from tests.helpers import save_tiny_vit
 
 Image = pytest.importorskip("PIL.Image")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "sample_data" / "images"
 CAT_IDS = set(range(281, 286))  # tabby, tiger cat, Persian cat, Siamese cat, Egyptian cat
 ESPRESSO = 967
@@ -519,23 +520,6 @@ def test_top_k_larger_than_classes_is_clipped(task):
 # --- any Hugging Face model, on a tiny random one -------------------------------------------
 
 
-def save_tiny_vit(path: Path) -> Path:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    names = {0: "tabby, tabby cat", 1: "espresso", 2: "goldfish, Carassius auratus", 3: "rocket"}
-    config = transformers.ViTConfig(
-        image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, num_labels=4, id2label=names, label2id={v: k for k, v in names.items()},
-    )  # fmt: skip
-    transformers.ViTForImageClassification(config).save_pretrained(path)
-    processor = {
-        "image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": 32, "width": 32},
-        "resample": 2, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
-        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-    }  # fmt: skip
-    (path / "preprocessor_config.json").write_text(json.dumps(processor))
-    return path
 
 
 def save_tiny_resnet(path: Path) -> Path:

@@ -27,7 +27,7 @@ from gpucli.errors import UsageError
 from gpucli.pipeline import run
 from gpucli.walk import WalkReport
 from tests.fake_task import FAKE
-from tests.test_pipeline import read_rows
+from tests.helpers import read_rows
 
 RECORDS = [("a1", "alpha one"), ("b2", "beta two\nsecond line of beta\nthird line of beta"), ("c3", "gamma three")]
 
@@ -84,7 +84,7 @@ def test_each_record_becomes_rows_with_the_table_path_and_its_id(tmp_path, suffi
 
 @pytest.mark.slow
 def test_file_outputs_keep_their_schema_without_an_id_column(tree, tmp_path):
-    from tests.test_pipeline import run_fake
+    from tests.helpers import run_fake
 
     run_fake([tree({"a.txt": "one line\n"})], tmp_path / "files.parquet")
     schema = pq.read_schema(next((tmp_path / "files.parquet").glob("part-*.parquet")))
@@ -209,7 +209,7 @@ def test_a_csv_row_with_another_number_of_fields_is_one_failure_record_and_the_r
 
 @pytest.mark.slow
 def test_files_and_tables_do_not_mix_in_one_output(tree, tmp_path):
-    from tests.test_pipeline import run_fake
+    from tests.helpers import run_fake
 
     out = tmp_path / "out.parquet"
     run_fake([tree({"a.txt": "one line\n"})], out)
@@ -235,7 +235,7 @@ def test_dry_run_names_each_record_by_path_and_id(tmp_path, capsys):
 @pytest.mark.slow
 def test_qdrant_point_ids_are_uuid5_of_table_id_and_chunk_and_a_rerun_upserts_in_place(tmp_path, monkeypatch):
     from gpucli.sinks.qdrant import NAMESPACE
-    from tests.test_qdrant import points
+    from tests.helpers import points
 
     monkeypatch.chdir(tmp_path)
     table, target = tmp_path / "t.parquet", "qdrant:./qdrant_data/docs"

@@ -21,8 +21,8 @@ from gpucli.errors import GpucliError, UsageError
 from gpucli.pipeline import run
 from gpucli.search import ParquetIndex, QdrantIndex, embed_queries, search
 from gpucli.sinks import open_sink
-from tests.conftest import SAMPLE
 from tests.fake_task import FAKE
+from tests.helpers import SAMPLE
 
 runner = CliRunner()
 

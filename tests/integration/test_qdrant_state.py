@@ -18,9 +18,11 @@ from gpucli.sinks import open_sink
 from gpucli.sinks.qdrant import QdrantSink
 from gpucli.sinks.qdrant import state_dir as places
 from gpucli.state import Ledger
-from tests.test_qdrant import FaultStub, _schema, pipeline_tests, run_fake
+from tests.helpers import FaultStub, qdrant_schema, run_fake
 
-ROOT = Path(__file__).resolve().parents[1]
+pipeline_tests = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -189,7 +191,7 @@ def test_the_sink_moves_a_legacy_ledger_when_it_opens_and_says_so(state_home):
         legacy = Path(f"docs.gpucli/127.0.0.1-{stub.port}")
         _legacy_ledger(legacy)
         sink = open_sink(f"qdrant://127.0.0.1:{stub.port}/docs")
-        sink.open(_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+        sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
         sink.close()
     assert sink.state_dir == state_home / "gpucli" / "qdrant" / f"127.0.0.1_{stub.port}" / "docs"
     assert _done(sink.state_dir) == ["a.txt", "b.txt"] and not legacy.exists()

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,31 +26,18 @@ from gpucli.sinks.jsonl import JsonlSink
 from gpucli.sinks.parquet import ParquetSink
 from gpucli.state import Ledger, fingerprint, legacy_match
 from tests.fake_task import FAKE, FakeOptions
-from tests.test_pipeline import read_rows, run_fake
+from tests.helpers import expected_rows, jsonl_rows, parquet_rows, run_fake
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- helpers -------------------------------------------------------------------------------------
-def expected_rows(root: Path) -> Counter:
-    """(path, chunk, text) of every non-empty line of every .txt under root, once."""
-    want: Counter = Counter()
-    for path in root.rglob("*.txt"):
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
-        want.update((str(path.relative_to(root)), i, line) for i, line in enumerate(lines))
-    return want
 
 
-def jsonl_rows(out: Path) -> Counter:
-    """Parses line by line (a torn line fails here)."""
-    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    return Counter((r["path"], r["chunk"], r["text"]) for r in rows)
 
 
-def parquet_rows(out: Path) -> Counter:
-    return Counter((r["path"], r["chunk"], r["text"]) for r in read_rows(out))
 
 
 CRASHING_RUN = textwrap.dedent("""
