@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpucli.errors import UsageError
+from gpucli.model_kind import looks_like_path
 
 SOURCES = ("package", "local", "hub-cache", "hub-download")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -96,8 +97,8 @@ def resolve_model_dir(model: str, revision: str = "", kind: str = "transformers"
         if revision:
             raise UsageError(f"--revision {revision} applies to Hugging Face ids; {model} is a local directory")
         return ResolvedModel(path=model, source="local")
-    if not HUB_ID.match(model):
-        raise _not_found(model, revision, "no such directory, and not a Hugging Face id")
+    if looks_like_path(model) or os.path.exists(model) or not HUB_ID.match(model):
+        raise _no_such_directory(model)
     if cache_first or offline():
         try:
             return _snapshot(model, revision, kind, local_only=True)
@@ -198,6 +199,17 @@ def _not_found(model: str, revision: str, why: str) -> UsageError:
                       "`gpucli models`, a local model directory, or a Hugging Face id: it is downloaded on first "
                       f"use where the Hub is reachable, or fetch it once with `{get}` into the cache "
                       f"({hub_cache_dir()}).")
+
+
+def _no_such_directory(model: str) -> UsageError:
+    """A --model that can only be a path (`./m`, `/m`, `a/b/c`) and is no directory: never sent
+    to the Hub, and `hf download ./m` is no advice."""
+    if os.path.isfile(model):
+        return UsageError(f"cannot find model {model!r}: it is a file, not a model directory; give the directory "
+                          "that holds its config.json and weights, an alias from `gpucli models` or a Hugging Face id")
+    return UsageError(f"cannot find model {model!r}: no such directory, and not a Hugging Face id (org/name) "
+                      f"[{os.path.abspath(os.path.expanduser(model))}]. A local model is a directory holding its "
+                      "config.json and weights (save_pretrained); otherwise give an alias from `gpucli models`")
 
 
 def _cached_files(repo_id: str) -> set[str]:

