@@ -8,13 +8,12 @@ several formats (embed) adds `format`: what the input would be read as ("pdf", "
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
-from typing import Any
 
 from gpucli.config import RunConfig
 from gpucli.core import Job, RunSummary
-from gpucli.errors import DAMAGED_HINT, LedgerDamaged, UsageError, sqlite_error
+from gpucli.errors import OutputError, UsageError
+from gpucli.ledger import Action, ReadOnlyLedger, decide
 from gpucli.sinks import open_sink
 from gpucli.tables import split_key
 
@@ -22,7 +21,10 @@ from gpucli.tables import split_key
 def dry_run(config: RunConfig) -> RunSummary:
     job = Job(config)
     sink = open_sink(config.out or f"{job.task_cls.name}.parquet", state_dir=config.state_dir)
-    known = _Ledger(sink.state_dir / "ledger.sqlite")
+    try:
+        known = ReadOnlyLedger(sink.state_dir / "ledger.sqlite")
+    except OutputError as exc:  # damaged or unreadable: named, with what to do
+        raise UsageError(f"its ledger {exc}") from None
     summary = job.summary
     summary.out, summary.dry_run = sink.display, True
     seen = set()
@@ -36,10 +38,10 @@ def dry_run(config: RunConfig) -> RunSummary:
             continue
         source = found.source
         seen.add(source.path)
-        action, reason = known.decide(source) if config.incremental else ("run", "--full")
-        summary.unchanged += action == "unchanged"
-        summary.succeeded += action == "run"  # what a run would process
-        _say(source.path, action, reason, job.task_cls.read_as(source.path))
+        action, reason = _decision(known, source) if config.incremental else (Action.RUN, "--full")
+        summary.unchanged += action is Action.UNCHANGED
+        summary.succeeded += action is Action.RUN  # what a run would process
+        _say(source.path, action.value, reason, job.task_cls.read_as(source.path))
     if config.prune:
         for path in known.done_paths() - seen:
             if job.report.may_prune(path, config.prune_all):
@@ -51,52 +53,19 @@ def dry_run(config: RunConfig) -> RunSummary:
     return summary
 
 
+def _decision(known: ReadOnlyLedger, source) -> tuple[Action, str]:
+    """The run's own decision (ledger.decide), read from the ledger without the lock."""
+    if not known.exists:
+        return Action.RUN, "new output"
+    decision = decide(known.lookup([source.path]).get(source.path), source)
+    return decision.action, decision.reason
+
+
 def _say(path: str, action: str, reason: str, read_as: str | None = None) -> None:
     path, record_id = split_key(path)  # a table's record (embed --from): `path` and `id`
     where = {"path": path} if record_id is None else {"path": path, "id": record_id}
     shown = {"format": read_as} if read_as and record_id is None else {}  # what the input would be read as
     print(json.dumps({**where, "action": action, "reason": reason, **shown}, ensure_ascii=False), flush=True)
-
-
-class _Ledger:
-    """The output's ledger, read-only (no lock taken: a run may be writing); empty when missing."""
-
-    def __init__(self, path: Any) -> None:
-        """A WAL ledger opened read-only still gets `-wal` and `-shm` files made beside it, so
-        one without a `-wal` (closed cleanly: no run is writing it, its rows are all in the main
-        file) is opened `immutable`, which makes and locks nothing: the output stays byte for
-        byte as it was. With a `-wal` (a run is writing, or one died) both files are there
-        already, and a plain read-only open sees what that run committed. A damaged file is
-        read through at open (quick_check) and named, with what to do (errors.LedgerDamaged)."""
-        self._db = None
-        if path.is_file():
-            wal = path.with_name(path.name + "-wal").exists()
-            self._db = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if wal else 'immutable=1'}", uri=True)
-            try:
-                verdict = self._db.execute("pragma quick_check(1)").fetchone()[0]
-            except sqlite3.DatabaseError as exc:
-                error = sqlite_error(exc, str(path))
-                raise UsageError(f"its ledger {error}" if isinstance(error, LedgerDamaged)
-                                 else f"cannot read its ledger {path}: {exc}") from None
-            if verdict != "ok":
-                raise UsageError(f"its ledger {LedgerDamaged(str(path), verdict, DAMAGED_HINT)}")
-
-    def decide(self, source: Any) -> tuple[str, str]:
-        if self._db is None:
-            return "run", "new output"
-        row = self._db.execute("select size, mtime_ns, status from files where path=?", (source.path,)).fetchone()
-        if row is None:
-            return "run", "new input"
-        if row[2] == "done" and (row[0], row[1]) == (source.size, source.mtime_ns):
-            return "unchanged", "done earlier, same size and mtime"
-        if row[2] == "done":
-            return "run", "changed since it was done (a run hashes it first: same content is skipped)"
-        return "run", "failed before: a run tries it again"
-
-    def done_paths(self) -> set[str]:
-        if self._db is None:
-            return set()
-        return {row[0] for row in self._db.execute("select path from files where status='done'")}
 
 
 if __name__ == "__main__":  # pragma: no cover

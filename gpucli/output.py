@@ -6,19 +6,63 @@ the failure records are the same whatever runs the model.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import LedgerDamaged, LockedError, OutputError, RunFailedError, UsageError, os_error
+from gpucli.fingerprint import check_settings
+from gpucli.ledger import Ledger, made_with
+from gpucli.lock import RunLock
 from gpucli.records import Failure, Source
 from gpucli.sinks import Sink, open_sink
-from gpucli.state import Ledger, RunLock, made_with
-from gpucli.writer import FailureLog
 
 if TYPE_CHECKING:
     from gpucli.walk import WalkReport
+
+
+class FailureLog:
+    """The failures JSONL beside the output; always written, empty when nothing failed.
+    Its OS errors (disk full, I/O error) are one OutputError naming it (errors.os_error)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self._file = None
+        with self._named():
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "w", encoding="utf-8")
+
+    def add(self, failure: Failure) -> None:
+        from gpucli.tables import shown  # a table's record: `path` and `id`
+
+        with self._named():
+            self._file.write(json.dumps(shown(failure), ensure_ascii=False) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        """Closed even when the flush fails (a full disk): the error goes up after."""
+        if self._file is None:
+            return
+        file, self._file = self._file, None
+        try:
+            with self._named():
+                file.flush()
+                os.fsync(file.fileno())
+        finally:
+            try:
+                file.close()
+            except OSError:  # the same unwritable buffer: the flush above said why
+                pass
+
+    @contextmanager
+    def _named(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            raise os_error(exc, self.path) from exc
 
 
 class NamedErrors:
@@ -59,7 +103,7 @@ class Output:
         return self.sink.display
 
     def made_with(self) -> dict | None:
-        """The settings this output was made with (state.made_with), or None when this run makes
+        """The settings this output was made with (ledger.made_with), or None when this run makes
         it anew (a new output, or --full)."""
         if not self.incremental:
             return None
@@ -126,13 +170,13 @@ class Output:
             raise
 
     def _open_ledger(self, settings: dict[str, Any], version: str) -> Ledger:
-        """Order matters at every step: see the rules at the top of state.py."""
+        """Order matters at every step: see the rules at the top of ledger.py."""
         ledger = self._ledger(version)
         try:
             self._publish_pending(ledger)
             if ledger.resetting():  # a --full killed between emptying the ledger and the sink
                 self._reset_sink(ledger)
-            if ledger.check_settings(settings, not self.incremental, _option_defaults(settings.get("task"))):
+            if check_settings(ledger, settings, not self.incremental, _option_defaults(settings.get("task"))):
                 # --full, or other settings with --full: empty the output. A new ledger alone
                 # empties nothing (a shared Qdrant collection keyed by ids that upsert in place).
                 wipe = not ledger.is_new() or not self.incremental

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucli.errors import InputError
+from gpucli.fingerprint import digest
+from gpucli.ledger import Action, decide
 from gpucli.records import Failure, Items, Source
-from gpucli.state import digest
 from gpucli.tables import Record, take_text
 
 
@@ -45,10 +46,9 @@ def read_chunk(sources: list[Source], task: Any, max_bytes: int, known: dict[str
     chunk = ReadChunk(found=len(sources))
     todo, datas = [], []
     for source in sources:
-        k = (known or {}).get(source.path)
-        k = k if k is not None and k.status == "done" else None
-        if k is not None and (k.size, k.mtime_ns) == (source.size, source.mtime_ns):
-            source.digest = k.digest
+        decision = decide((known or {}).get(source.path), source)
+        if decision.action is Action.UNCHANGED:
+            source.digest = decision.done_digest
             chunk.unchanged.append(source)
             continue
         try:
@@ -58,7 +58,7 @@ def read_chunk(sources: list[Source], task: Any, max_bytes: int, known: dict[str
             chunk.failures.append(Failure(source.path, exc.stage, str(exc)))
             continue
         source.digest = digest(data)
-        if k is not None and k.digest == source.digest:
+        if decision.done_digest and decision.done_digest == source.digest:
             chunk.unchanged.append(source)
         else:
             todo.append(source)

@@ -9,61 +9,13 @@ may block (disk, network). Failures go to the failures JSONL at once, line by li
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from gpucli.errors import os_error
-from gpucli.records import Failure
 from gpucli.sinks import Sink
-
-
-class FailureLog:
-    """The failures JSONL beside the output; always written, empty when nothing failed.
-    Its OS errors (disk full, I/O error) are one OutputError naming it (errors.os_error)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = os.path.abspath(path)
-        self._file = None
-        with self._named():
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "w", encoding="utf-8")
-
-    def add(self, failure: Failure) -> None:
-        from gpucli.tables import shown  # a table's record: `path` and `id`
-
-        with self._named():
-            self._file.write(json.dumps(shown(failure), ensure_ascii=False) + "\n")
-            self._file.flush()
-
-    def close(self) -> None:
-        """Closed even when the flush fails (a full disk): the error goes up after."""
-        if self._file is None:
-            return
-        file, self._file = self._file, None
-        try:
-            with self._named():
-                file.flush()
-                os.fsync(file.fileno())
-        finally:
-            try:
-                file.close()
-            except OSError:  # the same unwritable buffer: the flush above said why
-                pass
-
-    @contextmanager
-    def _named(self) -> Iterator[None]:
-        try:
-            yield
-        except OSError as exc:
-            raise os_error(exc, self.path) from exc
-
 
 # An input's status in the run's accounting (see core.Accounts): a numpy array indexed by
 # source id holds one of these; the buffer reads it to choose the rows of a part.

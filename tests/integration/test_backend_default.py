@@ -15,8 +15,8 @@ from gpucli.backends import resolve_backend
 from gpucli.config import RunConfig
 from gpucli.core import backend_default
 from gpucli.errors import UsageError
+from gpucli.ledger import Ledger, made_with
 from gpucli.output import Output
-from gpucli.state import Ledger, made_with
 from gpucli.tasks import TaskSpec, get_task
 
 EMBED = get_task("embed")

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucli.errors import LockedError, UsageError
-from gpucli.state import RunLock
+from gpucli.lock import RunLock
 from tests.helpers import read_rows, run_fake
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpucli.config import RunConfig
+from gpucli.fingerprint import digest
 from gpucli.pipeline import run
-from gpucli.state import digest
 from tests.fake_task import FAKE
 
 pytestmark = pytest.mark.slow  # each test runs the pipeline (spawned workers)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.state import Ledger
+from gpucli.ledger import Ledger
 from tests.helpers import read_rows, run_fake
 
 pytestmark = pytest.mark.slow

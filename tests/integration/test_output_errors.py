@@ -196,7 +196,7 @@ def test_an_os_error_of_a_part_names_the_output_and_the_cause(tree, tmp_path, mo
 def test_a_ledger_io_error_mid_run_names_the_ledger(tree, tmp_path, monkeypatch):
     import sqlite3
 
-    from gpucli.state import Ledger
+    from gpucli.ledger import Ledger
 
     root = tree({f"f{i:02d}.txt": f"line {i}\n" for i in range(40)})
     out = tmp_path / "out.parquet"

@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 
 from gpucli import pipeline
 from gpucli.errors import UsageError
+from gpucli.fingerprint import check_settings, fingerprint, legacy_match
+from gpucli.ledger import Ledger
 from gpucli.sinks.jsonl import JsonlSink
 from gpucli.sinks.parquet import ParquetSink
-from gpucli.state import Ledger, fingerprint, legacy_match
 from tests.fake_task import FAKE, FakeOptions
 from tests.helpers import expected_rows, jsonl_rows, parquet_rows, run_fake
 
@@ -47,7 +48,7 @@ CRASHING_RUN = textwrap.dedent("""
     from gpucli.output import Output
     from gpucli.pipeline import run
     from gpucli.sinks.jsonl import JsonlSink
-    from gpucli.state import Ledger
+    from gpucli.ledger import Ledger
 
     def die(*_, **__):
         os._exit(9)
@@ -445,16 +446,16 @@ def test_legacy_fingerprint_matches_when_the_given_options_are_a_subset_of_the_e
 def test_an_option_added_by_a_later_version_needs_no_full_but_a_changed_one_does(tmp_path):
     settings = {"task": "embed", "model": "m", "options": {"chunk_overlap": 32}}
     old = Ledger(tmp_path / "state", gpucli_version="0.2")
-    assert old.check_settings(settings, full=False)
+    assert check_settings(old, settings, full=False)
     old.reset(settings)
     old.close()
     grown = {**settings, "options": {"chunk_overlap": 32, "new_knob": 1}}
     with pytest.raises(UsageError, match=r"options\.new_knob: \(unset\) -> 1"):
-        Ledger(tmp_path / "state", gpucli_version="0.2").check_settings(grown, full=False)  # same version: a change
+        check_settings(Ledger(tmp_path / "state", gpucli_version="0.2"), grown, full=False)  # same version: a change
     ledger = Ledger(tmp_path / "state", gpucli_version="0.3")
-    assert not ledger.check_settings(grown, full=False)
+    assert not check_settings(ledger, grown, full=False)
     with pytest.raises(UsageError, match=r"options\.chunk_overlap: 32 -> 16"):
-        ledger.check_settings({**settings, "options": {"chunk_overlap": 16, "new_knob": 1}}, full=False)
+        check_settings(ledger, {**settings, "options": {"chunk_overlap": 16, "new_knob": 1}}, full=False)
     ledger.close()
 
 
@@ -464,5 +465,5 @@ def test_a_ledger_of_a_newer_gpucli_is_refused(tmp_path):
     ledger.reset(settings)
     ledger.set_meta("schema_version", "99")
     with pytest.raises(UsageError, match="newer gpucli"):
-        ledger.check_settings(settings, full=True)
+        check_settings(ledger, settings, full=True)
     ledger.close()

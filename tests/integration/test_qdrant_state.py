@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import LockedError, UsageError
+from gpucli.ledger import Ledger
 from gpucli.sinks import open_sink
 from gpucli.sinks.qdrant import QdrantSink
 from gpucli.sinks.qdrant import state_dir as places
-from gpucli.state import Ledger
 from tests.helpers import FaultStub, qdrant_schema, run_fake
 
 pipeline_tests = pytest.mark.slow
@@ -90,7 +90,8 @@ LEGACY_WRITER = textwrap.dedent("""
     import os, sys
     from pathlib import Path
     from gpucli.records import Source
-    from gpucli.state import Ledger, RunLock
+    from gpucli.ledger import Ledger
+    from gpucli.lock import RunLock
     directory = Path(sys.argv[1])
     RunLock(directory).acquire("qdrant://h/docs")
     ledger = Ledger(directory)

@@ -1,7 +1,8 @@
 """The Ray stages: reader actors (read + prepare a chunk of files into one block) and predictor
 actors (a window of blocks, sorted and cut into batches, each predicted). Both run the same
-core functions as the local engine (`reader.read_chunk`, `batching.Windows`, `worker.predict_one`,
-`recovery.after_error`); nothing here decides rows, failure records or the ledger.
+core functions as the local engine (`reader.read_chunk`, `batching.Windows`, `worker.set_up`,
+`worker.predict_one` and its `Result` / `Failed` messages, `recovery.after_error`,
+`recovery.after_oom`); nothing here decides rows, failure records or the ledger.
 
 Rows between the stages (`STAGE_SCHEMA`) carry blocks, not items:
   kind "chunk"  one per reader call: `data` the pickled ReadChunk (its sources, failures,
@@ -34,12 +35,12 @@ from typing import Any
 import numpy as np
 
 from gpucli.batching import BatchCaps, Windows, cut_points
+from gpucli.ledger import Known, Status
 from gpucli.reader import read_chunk
-from gpucli.records import Batch, Source
-from gpucli.recovery import Fail, after_error, caps_after_oom, lowered
-from gpucli.state import Known
+from gpucli.records import Batch, Failed, FailureKind, Result, SetupFailed, Source
+from gpucli.recovery import Fail, OomHistory, after_error, after_oom
 from gpucli.tasks import TaskSpec, create_task
-from gpucli.worker import describe_error, keep_freed_memory, limit_threads, limit_torch_threads, predict_one
+from gpucli.worker import describe_error, predict_one, set_up
 
 from .connection import cores, retries
 from .planning import READ_CPUS, READER_ACTOR_CPUS, Plan, chunks_per_call
@@ -83,7 +84,7 @@ def from_source_rows(rows: list[dict[str, Any]]) -> tuple[list[Source], dict[str
     same size and mtime, so the known size is never equal: only the content hash decides."""
     sources = [Source(r["sid"], r["path"], os.fsdecode(r["abspath"]), r["size"], r["mtime_ns"],
                       dev=int(r["dev"]), ino=int(r["ino"])) for r in rows]
-    known = {r["path"]: Known(-1, -1, r["known"], "done") for r in rows if r["known"]}
+    known = {r["path"]: Known(-1, -1, r["known"], Status.DONE) for r in rows if r["known"]}
     return sources, known
 
 
@@ -145,25 +146,17 @@ class Predictor:
     """Loads the model once per actor; runs a window of chunks as batches cut by count and cost,
     largest first. A batch that raises is halved (recovery.after_error) until the failing item
     stands alone, so one bad input costs one file. Repeated out-of-memory errors lower this
-    actor's caps for the rest of the run (recovery.caps_after_oom, as the local engine does).
+    actor's caps for the rest of the run (recovery.after_oom, as the local engine's batcher).
     The constructor tells the driver it is done (`readiness.mark_loaded`): --setup-timeout-s
     times the load, not the first window."""
 
     def __init__(self, spec: TaskSpec, device: str, threads: int | dict[str, int], caps: BatchCaps,
                  batch_timeout_s: float = 0.0, run_id: str = "") -> None:
-        threads = actor_threads(threads)
-        limit_threads(threads)
-        keep_freed_memory()
-        self.caps = caps
-        self.oom_events = 0
+        self.oom = OomHistory(caps)
         self.batch_timeout_s = batch_timeout_s
-        self.setup_error = ""
-        try:
-            self.task = create_task(spec)
-            self.task.setup(device)
-            limit_torch_threads(threads)
-        except BaseException as exc:  # noqa: BLE001
-            self.setup_error = describe_error(exc)
+        task = set_up(spec, device, actor_threads(threads))
+        self.setup_error = task.message if isinstance(task, SetupFailed) else ""
+        self.task = None if isinstance(task, SetupFailed) else task
         mark_loaded(run_id)
 
     def __call__(self, table):
@@ -171,7 +164,7 @@ class Predictor:
             return stage_table([stage_row(SETUP, error=self.setup_error)])
         rows = table.to_pylist()
         out = [r for r in rows if r["kind"] != CHUNK]  # a reader's setup error goes on to the driver
-        windows = Windows(self.caps, 0)
+        windows = Windows(self.oom.caps, 0)
         for r in (r for r in rows if r["kind"] == CHUNK):
             chunk = pickle.loads(r["data"])
             if chunk.block is not None and len(chunk.block):
@@ -186,34 +179,36 @@ class Predictor:
 
     def _predict(self, batch: Batch, out: list[dict[str, Any]]) -> None:
         with hang_guard(self.batch_timeout_s):
-            kind, _, *rest = predict_one(self.task, batch.id, batch.items.payload)
-        if kind == "result":
-            outputs, seconds = rest
-            out.append(stage_row(BATCH, batch.items.without_payload(), outputs, seconds=seconds))
-            return
-        if rest[0] == "oom":
-            self._after_oom(len(batch), out)
-        for action in after_error(batch, *rest, new_id=lambda: batch.id):
+            message = predict_one(self.task, batch.id, batch.items.payload)
+        match message:
+            case Result(outputs=outputs, seconds=seconds):
+                out.append(stage_row(BATCH, batch.items.without_payload(), outputs, seconds=seconds))
+            case Failed(kind=kind, message=text):
+                if kind is FailureKind.OOM:
+                    self._after_oom(len(batch), out)
+                self._after_error(batch, kind, text, out)
+
+    def _after_error(self, batch: Batch, kind: FailureKind, text: str, out: list[dict[str, Any]]) -> None:
+        """Halves to run again (cut to the caps, which may have just been lowered), or the
+        failure of the batch's only item."""
+        for action in after_error(batch, kind, text, new_id=lambda: batch.id):
             if isinstance(action, Fail):
                 out.append(stage_row(BATCH, action.batch.items.without_payload(), error=action.reason))
             else:
                 for piece in self._within_caps(action.batch.items):
                     self._predict(Batch(0, piece, action.batch.attempts), out)
 
-
     def _within_caps(self, items):
         """The window was cut before caps were lowered (after out-of-memory errors): cut again."""
-        ends = cut_points(items.cost, self.caps)
+        ends = cut_points(items.cost, self.oom.caps)
         if len(ends) == 1:
             return [items]
         return [items.take(np.arange(start, end)) for start, end in zip([0, *ends[:-1]], ends)]
 
     def _after_oom(self, batch_size: int, out: list[dict[str, Any]]) -> None:
-        self.oom_events += 1
-        caps = caps_after_oom(self.caps, batch_size, self.oom_events)
-        if caps is not None:
-            self.caps = caps
-            out.append(stage_row(CAPS, error=lowered(caps, self.oom_events) + " for the rest of the run in this actor"))
+        self.oom, said = after_oom(self.oom, batch_size)
+        if said:
+            out.append(stage_row(CAPS, error=said + " for the rest of the run in this actor"))
 
 
 def read_alone(table, spec: TaskSpec, max_bytes: int):

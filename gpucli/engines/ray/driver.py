@@ -28,6 +28,7 @@ from typing import Any
 from gpucli.config import RunConfig
 from gpucli.core import Job, RunSummary
 from gpucli.errors import OutputError, RunFailedError, WorkerSetupError
+from gpucli.ledger import Action, decide
 from gpucli.progress import Counts, Progress
 from gpucli.reader import ReadChunk
 from gpucli.records import Failure, Source
@@ -155,10 +156,9 @@ class RayJob:
             known = lookup([s.path for s in sources]) if lookup else {}
             unchanged = []
             for source in sources:
-                k = known.get(source.path)
-                k = k if k is not None and k.status == "done" else None
-                source.digest = k.digest if k is not None else ""  # the reader compares contents with it
-                if k is not None and (k.size, k.mtime_ns) == (source.size, source.mtime_ns):
+                decision = decide(known.get(source.path), source)
+                source.digest = decision.done_digest  # the reader compares contents with it
+                if decision.action is Action.UNCHANGED:
                     unchanged.append(source)
                 else:
                     self.sent[source.id] = source

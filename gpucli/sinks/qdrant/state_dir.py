@@ -1,4 +1,4 @@
-"""Where a Qdrant output keeps its ledger, run lock and failures file (see gpucli/state.py).
+"""Where a Qdrant output keeps its ledger, run lock and failures file (see gpucli/ledger.py).
 
 Embedded mode: beside the storage (`PATH/COLLECTION.gpucli/`, `PATH/COLLECTION.failures.jsonl`),
 so that the storage and its state travel together.

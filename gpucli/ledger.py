@@ -1,4 +1,4 @@
-"""What a cron run needs to do only new work: a ledger of inputs, and a lock on the output.
+"""What a cron run needs to do only new work: the ledger of inputs, and its decision per input.
 
 The ledger is SQLite in the sink's state directory (for a Parquet dataset, `DIR/_gpucli/`,
 which dataset readers ignore). Per input path: size, mtime_ns, content hash, status, and the
@@ -25,36 +25,33 @@ location (part file) holding its current rows. The rules that keep the output ex
 * `--full` empties the ledger first, in one transaction that sets `meta.resetting`, then the
   sink, then clears the mark: a kill in between leaves the mark, and the next open empties
   the sink again, so no ledger ever says "done" over rows that are gone.
-* A fingerprint of everything that changes the output (task, model and weights, dims,
-  chunking, dtype, effective options) is stored, with the settings themselves (`meta.settings`,
-  to say which one changed); another fingerprint is an error unless `--full`.
+* The settings that made the output are stored with their fingerprint; another fingerprint is
+  an error unless `--full` (gpucli/fingerprint.py, which also migrates older ledgers).
 * A damaged ledger (not a readable SQLite file) is never worked from: an incremental run
   stops naming it (LedgerDamaged), and `--full`, which reads it through first, sets it aside
   (`ledger.sqlite.damaged`) and starts a new one, which empties the output (as above). The
   output's rows are no ledger: they lack the settings, the failures and the stale marks.
 * Errors of the file system or of the file (full, read-only, I/O) leave every method as one
   OutputError naming the ledger (`_Guarded`); a transaction that failed is rolled back whole.
-* `meta.schema_version` says which rules wrote the ledger. A ledger without it (gpucli 0.1)
-  fingerprinted only the options given on the command line: it is migrated on open when
-  some subset of this run's effective options reproduces its fingerprint exactly (the
-  options then did not change; an upgrade never forces `--full` on an unchanged cron job).
+
+The decision per input (`decide`: run, unchanged, or run because it failed or changed before)
+is one function used by the reader, the Ray driver and `--dry-run`; `ReadOnlyLedger` is what
+`--dry-run` and `gpucli inspect` read through (no lock, nothing created).
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
+import enum
 import itertools
 import json
-import os
-import socket
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucli.errors import LockedError, OutputError, UsageError, os_error, sqlite_error
+from gpucli.errors import DAMAGED_HINT, LedgerDamaged, OutputError, os_error, sqlite_error
+from gpucli.fingerprint import stamp
 from gpucli.records import Source
 
 SCHEMA = """
@@ -69,63 +66,26 @@ create table if not exists attempts (path text primary key, size integer, mtime_
 SEEN = "create temp table if not exists seen (path text primary key)"
 
 
-def digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+class Status(enum.IntEnum):
+    """An input's state. In a run's accounting (gpucli/accounts.py: a numpy int8 array indexed
+    by source id) it is OPEN until every item is back, then COMPLETE, and DONE once its rows are
+    durable, or FAILED; the ledger stores the two that outlive a run by name ('done', 'failed')."""
+
+    OPEN = 0
+    COMPLETE = 1
+    FAILED = 2
+    DONE = 3
+
+    @property
+    def stored(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def of_stored(cls, text: str) -> Status:
+        return cls[text.upper()]
 
 
-SCHEMA_VERSION = "2"
-LEGACY_KEYS = ("task", "model", "options", "dtype", "info", "weights")  # what gpucli 0.1 fingerprinted
-LEGACY_MAX_OPTIONS = 16  # 2**16 candidate subsets hash in well under a second
-
-
-def settings_json(parts: dict) -> str:
-    return json.dumps(parts, sort_keys=True, default=str)
-
-
-def fingerprint(parts: dict) -> str:
-    return hashlib.sha256(settings_json(parts).encode()).hexdigest()[:32]
-
-
-def legacy_match(stored: str, settings: dict, defaults: dict | None = None) -> bool:
-    """Whether a gpucli 0.1 fingerprint (over the options given on its command line only) is
-    what these settings give with the options that were given then: then no option changed.
-
-    An option away from its default (`defaults`: the task's) must have been given then; one at
-    its default may or may not have been: every such subset is tried. Past LEGACY_MAX_OPTIONS
-    optional ones the search is skipped and the ledger accepted."""
-    base = {key: settings[key] for key in LEGACY_KEYS if key in settings}
-    options = settings.get("options") or {}
-    defaults = defaults or {}
-    given = {k: v for k, v in options.items() if k in defaults and not _same(v, defaults[k])}
-    optional = sorted((k, v) for k, v in options.items() if k not in given)
-    if len(optional) > LEGACY_MAX_OPTIONS:
-        return True
-    for size in range(len(optional) + 1):
-        for subset in itertools.combinations(optional, size):
-            if fingerprint({**base, "options": {**given, **dict(subset)}}) == stored:
-                return True
-    return False
-
-
-def _same(a, b) -> bool:
-    return settings_json({"v": a}) == settings_json({"v": b})
-
-
-def settings_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """`options.chunk_overlap: 32 -> 16` for each leaf that differs."""
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key, "(unset)"), new.get(key, "(unset)")
-        if isinstance(a, dict) and isinstance(b, dict):
-            out.extend(settings_diff(a, b, f"{prefix}{key}."))
-        elif a != b:
-            out.append(f"{prefix}{key}: {_short(a)} -> {_short(b)}")
-    return out
-
-
-def _short(value) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= 60 else text[:57] + "..."
+DONE, FAILED = Status.DONE.stored, Status.FAILED.stored  # as the ledger's `files.status` holds them
 
 
 @dataclass(frozen=True)
@@ -133,7 +93,7 @@ class Known:
     size: int
     mtime_ns: int
     digest: str
-    status: str
+    status: Status
 
 
 def made_with(directory: Path) -> dict | None:
@@ -236,54 +196,11 @@ class Ledger:
             else:
                 self._db.execute("insert or replace into meta values (?, ?)", (key, value))
 
-    # --- fingerprint ----------------------------------------------------------------------
-    def check_settings(self, settings: dict, full: bool, defaults: dict | None = None) -> bool:
-        """True when the output must be rebuilt from scratch (`--full`, or a new output).
-        Other settings raise UsageError naming them, unless `full`; a gpucli 0.1 ledger with
-        the same settings is migrated (see the module docstring; `defaults`: the task's option
-        defaults, which tell an option 0.1 must have been given from one it may not have been)."""
-        value, stored = fingerprint(settings), self.meta("fingerprint")
-        if stored is None:
-            return True
-        version = self.meta("schema_version")
-        if version is not None and (not version.isdigit() or int(version) > int(SCHEMA_VERSION)):
-            raise UsageError(f"this output's ledger was written by a newer gpucli (ledger schema {version}; this one "
-                             f"knows {SCHEMA_VERSION}): upgrade gpucli, or choose a new --out")
-        legacy = version is None
-        if stored == value or (legacy and legacy_match(stored, settings, defaults)) or self._only_new_options(settings):
-            self._stamp(value, settings)  # a migrated or upgraded ledger now holds this run's settings
-            return full
-        if full:
-            return True
-        raise UsageError(f"this output was made with other settings ({self._describe(settings)}): "
-                         "choose a new --out, or pass --full to rebuild it with the new settings")
-
-    def _only_new_options(self, settings: dict) -> bool:
-        """The stored settings, and options it did not know of (added by a later gpucli, at
-        their defaults): the same output, so an upgrade that adds an option needs no --full.
-        Within one gpucli version the option set is fixed: a missing option is a change there."""
-        old = self.meta("settings")
-        if old is None or self.meta("gpucli_version") == self.gpucli_version:
-            return False
-        known = json.loads(old)
-        current = json.loads(settings_json(settings))
-        current["options"] = {k: v for k, v in (current.get("options") or {}).items()
-                              if k in (known.get("options") or {})}
-        return current == known
-
-    def _describe(self, settings: dict) -> str:
-        old = self.meta("settings")
-        if old is None:
-            return "model, options or dtype differ from its ledger, written by an earlier gpucli"
-        changed = settings_diff(json.loads(old), json.loads(settings_json(settings)))
-        return "; ".join(changed) or "its fingerprint differs"
-
-    def _stamp(self, value: str, settings: dict) -> None:
+    def set_metas(self, values: dict[str, str]) -> None:
+        """Several meta entries in one transaction (the settings and their fingerprint)."""
         with self._lock, self._db:
             self._db.execute("begin")
-            self._db.executemany("insert or replace into meta values (?, ?)", (
-                ("fingerprint", value), ("settings", settings_json(settings)), ("schema_version", SCHEMA_VERSION),
-                ("gpucli_version", self.gpucli_version)))
+            self._db.executemany("insert or replace into meta values (?, ?)", values.items())
 
     def is_new(self) -> bool:
         with self._lock:
@@ -299,9 +216,7 @@ class Ledger:
                 self._db.execute(f"delete from {table}")
             self._db.execute("delete from meta where key not in ('last_location')")
             self._db.executemany("insert into meta values (?, ?)", (
-                ("fingerprint", fingerprint(settings)), ("settings", settings_json(settings)),
-                ("schema_version", SCHEMA_VERSION), ("gpucli_version", self.gpucli_version))
-                + ((("resetting", "1"),) if resetting else ()))
+                *stamp(settings, self.gpucli_version).items(), *((("resetting", "1"),) if resetting else ())))
 
     def resetting(self) -> bool:
         return self.meta("resetting") is not None
@@ -318,7 +233,7 @@ class Ledger:
                 marks = ",".join("?" * len(chunk))
                 for row in self._db.execute(f"select path, size, mtime_ns, digest, status from files "
                                             f"where path in ({marks})", chunk):
-                    found[row[0]] = Known(*row[1:])
+                    found[row[0]] = Known(row[1], row[2], row[3], Status.of_stored(row[4]))
         return found
 
     # --- large inputs that a reader may not survive ---------------------------------------
@@ -355,7 +270,7 @@ class Ledger:
 
     def done_paths(self) -> list[str]:
         with self._lock:
-            return [row[0] for row in self._db.execute("select path from files where status='done'")]
+            return [row[0] for row in self._db.execute("select path from files where status=?", (DONE,))]
 
     # --- what this run's walk saw, for --prune ----------------------------------------------
     # A temporary table of this connection (on disk, gone when the ledger closes): the set of
@@ -372,15 +287,15 @@ class Ledger:
         with self._lock:
             self._db.execute(SEEN)
             return [row[0] for row in self._db.execute(
-                "select path from files where status='done' and path not in (select path from temp.seen)")]
+                "select path from files where status=? and path not in (select path from temp.seen)", (DONE,))]
 
     def has_done(self) -> bool:
         with self._lock:
-            return bool(self._db.execute("select exists(select 1 from files where status='done')").fetchone()[0])
+            return bool(self._db.execute("select exists(select 1 from files where status=?)", (DONE,)).fetchone()[0])
 
     def done_count(self) -> int:
         with self._lock:
-            return self._db.execute("select count(*) from files where status='done'").fetchone()[0]
+            return self._db.execute("select count(*) from files where status=?", (DONE,)).fetchone()[0]
 
     # --- updates --------------------------------------------------------------------------
     def mark_done(self, sources: list[Source], rows_per_source: list[int], location: str | None) -> None:
@@ -403,8 +318,8 @@ class Ledger:
                 self._db.executemany("insert or ignore into stale select location, path from files "
                                      "where path=? and location is not null and location != ?",
                                      ((source.path, location or "") for source in sources))
-            self._db.executemany("insert or replace into files values (?, ?, ?, ?, 'done', '', ?, ?, ?)",
-                                 ((source.path, source.size, source.mtime_ns, source.digest, location, rows, now)
+            self._db.executemany("insert or replace into files values (?, ?, ?, ?, ?, '', ?, ?, ?)",
+                                 ((source.path, source.size, source.mtime_ns, source.digest, DONE, location, rows, now)
                                   for source, rows in zip(sources, rows_per_source)))
 
     def mark_unchanged(self, sources: list[Source]) -> None:
@@ -424,11 +339,11 @@ class Ledger:
         with self._lock, self._db:
             self._db.execute("begin")
             row = self._db.execute("select status, size, mtime_ns from files where path=?", (path,)).fetchone()
-            known = row is not None and row[0] == "failed" and (row[1], row[2]) == (size, mtime_ns)
+            known = row is not None and row[0] == FAILED and (row[1], row[2]) == (size, mtime_ns)
             self._db.execute("insert or ignore into stale select location, path from files "
                              "where path=? and location is not null and location != ''", (path,))
             self._db.execute("insert or replace into files (path, size, mtime_ns, status, error, updated) "
-                             "values (?, ?, ?, 'failed', ?, ?)", (path, size, mtime_ns, error, time.time()))
+                             "values (?, ?, ?, ?, ?, ?)", (path, size, mtime_ns, FAILED, error, time.time()))
         return known
 
     def prune(self, paths: list[str]) -> None:
@@ -494,33 +409,108 @@ class Ledger:
         db.execute("delete from stale where location=?", (old,))
 
 
-class RunLock:
-    """An exclusive flock on the output: released by the kernel when the holder dies, so a
-    stale lock never blocks (it is simply taken over); the file names the holder."""
 
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / "lock"
-        self._fd: int | None = None
 
-    def acquire(self, output: str) -> None:
-        """Creates the directory here, not before: an output that is refused creates nothing."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+# --- the decision per input -------------------------------------------------------------------
+
+class Action(enum.Enum):
+    RUN = "run"  # read it (and, with a digest, skip it when the content is the same)
+    UNCHANGED = "unchanged"  # done earlier with the same size and mtime: not even read
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    done_digest: str = ""  # the content digest of the rows kept: the same content, hashed again, is unchanged
+
+
+def decide(known: Known | None, source: Source) -> Decision:
+    """What a run does with an input the walk found, from what the ledger knows of its path:
+    the one rule of the reader, the Ray driver and `--dry-run`. A failed input runs again (it
+    may have been fixed); a done one is unchanged when its size and mtime are, else it is read
+    and hashed, and skipped still when the content is the same (a touch, a copy)."""
+    if known is None:
+        return Decision(Action.RUN, "new input")
+    if known.status is not Status.DONE:
+        return Decision(Action.RUN, "failed before: a run tries it again")
+    if (known.size, known.mtime_ns) == (source.size, source.mtime_ns):
+        return Decision(Action.UNCHANGED, "done earlier, same size and mtime", known.digest)
+    return Decision(Action.RUN, "changed since it was done (a run hashes it first: same content is skipped)",
+                    known.digest)
+
+
+class ReadOnlyLedger:
+    """An output's ledger read without the lock (a run may be writing it) and without creating
+    anything; empty when there is none. For `--dry-run` and `gpucli inspect`.
+
+    A WAL ledger opened read-only still gets `-wal` and `-shm` files made beside it, so one
+    without a `-wal` (closed cleanly: no run is writing it, its rows are all in the main file)
+    is opened `immutable`, which makes and locks nothing: the output stays byte for byte as it
+    was. With a `-wal` (a run is writing, or one died) both files are there already, and a
+    plain read-only open sees what that run committed. `check`: read the file through first
+    (quick_check); a damaged file is LedgerDamaged, which names it and says what to do."""
+
+    def __init__(self, path: Path, check: bool = True) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        if not path.is_file():
+            return
+        wal = path.with_name(path.name + "-wal").exists()
+        self._db = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if wal else 'immutable=1'}", uri=True)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise LockedError(f"another gpucli run holds the lock on {output} ({holder}); "
-                              "wait for it to finish, or use another --out") from None
-        os.ftruncate(fd, 0)
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}\n".encode(), 0)
-        self._fd = fd
+            verdict = self._db.execute("pragma quick_check(1)").fetchone()[0] if check else "ok"
+        except sqlite3.Error as exc:
+            self.close()
+            raise (sqlite_error(exc, str(path)) or OutputError(str(path), f"cannot read it: {exc}")) from None
+        if verdict != "ok":
+            self.close()
+            raise LedgerDamaged(str(path), verdict, DAMAGED_HINT)
 
-    def release(self) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+    @property
+    def exists(self) -> bool:
+        return self._db is not None
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def lookup(self, paths: list[str]) -> dict[str, Known]:
+        if self._db is None:
+            return {}
+        found = {}
+        for path in paths:
+            row = self._db.execute("select size, mtime_ns, digest, status from files where path=?", (path,)).fetchone()
+            if row is not None:
+                found[path] = Known(row[0], row[1], row[2], Status.of_stored(row[3]))
+        return found
+
+    def done_paths(self) -> set[str]:
+        if self._db is None:
+            return set()
+        return {row[0] for row in self._db.execute("select path from files where status=?", (DONE,))}
+
+    def meta(self, key: str) -> str | None:
+        if self._db is None:
+            return None
+        row = self._db.execute("select value from meta where key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def counts(self) -> dict[Status, int]:
+        """Inputs per status ({} without a ledger)."""
+        if self._db is None:
+            return {}
+        return {Status.of_stored(status): count
+                for status, count in self._db.execute("select status, count(*) from files group by status")}
+
+    def done_rows(self) -> int:
+        if self._db is None:
+            return 0
+        return self._db.execute("select coalesce(sum(rows), 0) from files where status=?", (DONE,)).fetchone()[0]
+
+    def last_update(self) -> float | None:
+        """When an input's record last changed (a Unix time), None for an empty ledger."""
+        if self._db is None:
+            return None
+        return self._db.execute("select max(updated) from files").fetchone()[0]
