@@ -38,11 +38,12 @@ from gpucli.core import (  # noqa: F401 - re-exported: the names other modules a
     task_and_spec,
 )
 from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM, OutputError
-from gpucli.pool import PoolEvents, WorkerPool
+from gpucli.pool import WorkerPool
+from gpucli.pool_events import BatchesDone, BatchFailed, OutOfMemory, PoolEvent, PoolLog
 from gpucli.progress import Progress
 from gpucli.reader import read_chunks
 from gpucli.records import Batch
-from gpucli.recovery import caps_after_oom, lowered
+from gpucli.recovery import OomHistory, after_oom
 from gpucli.signals import LoopSignals
 from gpucli.writer import Writer
 
@@ -106,10 +107,10 @@ class Pipeline:
         job.use_devices(devices)
         self.queue = BlockQueue(config.queue_items or job.task_cls.queue_items)
         self.batcher = Batcher(self.queue, job.caps, job.window_items, parallel=len(devices))
-        self.pool = WorkerPool(job.task, job.spec, devices,
-                               PoolEvents(self._on_outputs, self._on_batch_failed, self.progress.log, self._on_oom),
+        self.pool = WorkerPool(job.task, job.spec, devices, self._on_pool_event,
                                batch_timeout_s=config.batch_timeout_s, max_restarts=config.max_restarts,
                                setup_timeout_s=config.setup_timeout_s)
+        self._oom = OomHistory(self.batcher.caps)  # out-of-memory errors lower the batcher's caps
         self.writer = Writer(job.output.sink, config.part_rows, config.flush_s, job.accounts.take_part,
                              job.accounts.commit, job.accounts.durable, lambda: job.accounts.buffer.rows)
         self.has_work = asyncio.Event()
@@ -250,19 +251,27 @@ class Pipeline:
             elif batcher.idle():
                 await pool.wait_changed()
 
-    # --- results (called on the loop by the pool) -------------------------------------------
-    def _on_outputs(self, finished: list) -> None:
-        with self._stops_the_run():
-            self.job.accounts.outputs_many(finished)
-        self.writer.added()
-
-    def _on_batch_failed(self, batch: Batch, reason: str) -> None:
-        with self._stops_the_run():
-            self.job.accounts.fail_items(batch.items, "infer", reason)
+    # --- what the pool tells the run (called on the loop by the pool) -----------------------
+    def _on_pool_event(self, event: PoolEvent) -> None:
+        match event:
+            case BatchesDone(batches=batches):
+                with self._stops_the_run():
+                    self.job.accounts.outputs_many(batches)
+                self.writer.added()
+            case BatchFailed(batch=batch, reason=reason):
+                with self._stops_the_run():
+                    self.job.accounts.fail_items(batch.items, "infer", reason)
+            case OutOfMemory(batch_size=batch_size):
+                self._oom, said = after_oom(self._oom, batch_size)
+                if said:
+                    self.batcher.caps = self._oom.caps
+                    self.progress.log(said + " for this run")
+            case PoolLog(message=message):
+                self.progress.log(message)
 
     @contextmanager
     def _stops_the_run(self) -> Iterator[None]:
-        """The pool calls these from loop callbacks, where an exception would only be logged:
+        """The pool calls `_on_pool_event` from loop callbacks, where an exception would only be logged:
         an output error on the way (the failures file or the ledger could not be written) is
         the pool's fatal error, which the dispatcher raises."""
         try:
@@ -270,12 +279,6 @@ class Pipeline:
         except OutputError as exc:
             self.pool.fatal = self.pool.fatal or exc
             self.pool.notify()
-
-    def _on_oom(self, batch_size: int) -> None:
-        self._oom_events += 1
-        if (caps := caps_after_oom(self.batcher.caps, batch_size, self._oom_events)) is not None:
-            self.batcher.caps = caps
-            self.progress.log(lowered(caps, self._oom_events) + " for this run")
 
     # --- progress and stop signals ---------------------------------------------------------------
     async def _tick(self) -> None:

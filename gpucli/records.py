@@ -1,4 +1,6 @@
-"""What travels between the stages: sources, blocks of items, batches, failures.
+"""What travels between the stages: sources, blocks of items, batches, failures, and the
+messages between a worker and its parent (`Work`, `Ready`, `SetupFailed`, `Started`, `Result`,
+`Failed`; the protocol is described in worker.py).
 
 Work is carried in blocks, not items: an `Items` block holds one column per field (the
 source of each item, its number within that source, its cost, its payload and the row
@@ -11,6 +13,7 @@ Only plain data lives here: these objects are pickled across spawned processes.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,3 +224,66 @@ class Failure:
 
 STAGES = ("read", "decode", "preprocess", "infer", "write", "skip")
 UNKNOWN_TOKENS = "unknown_tokens"  # a Failure's cause: the model cannot read the text's language
+
+
+# --- the worker's messages (the protocol: worker.py) ------------------------------------------
+# Frozen and slotted: one crosses a Pipe per batch, so they pickle as the class and its fields
+# (a Result is its outputs' buffer plus ~20 bytes), and nothing changes them on the way.
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """Parent -> worker: one batch to predict (`packed`: what the task's `pack` made of it)."""
+
+    batch_id: int
+    packed: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The worker loaded its model."""
+
+    pid: int
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetupFailed:
+    """The worker could not load its model; `message` is its own error, for the user."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """Sent just before `predict` runs on the batch (a crash then blames this batch)."""
+
+    batch_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One output per item of the batch, and the seconds `predict` took."""
+
+    batch_id: int
+    outputs: Any
+    seconds: float
+
+
+class FailureKind(enum.Enum):
+    """Why a batch failed while its worker stayed alive."""
+
+    ERROR = "error"  # predict raised, the payload could not be unpacked, or the outputs do not fit
+    OOM = "oom"  # out of memory: the run may lower its batch caps (recovery.after_oom)
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The batch failed in a worker that goes on; `message` describes the error."""
+
+    batch_id: int
+    kind: FailureKind
+    message: str
+
+
+WorkerMessage = Ready | SetupFailed | Started | Result | Failed

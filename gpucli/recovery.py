@@ -7,7 +7,8 @@ The pool carries these out. The rules:
   DEATHS_BEFORE_SPLIT attempts it is resent whole, then split until the poison item stands
   alone and becomes a failure record. Batches that were only waiting in its Pipe are resent
   as they are (they never ran).
-* Repeated out-of-memory errors lower the run's batch caps by half.
+* Repeated out-of-memory errors lower the run's batch caps by half (`after_oom`, the one rule
+  both engines follow: the local run's batcher and each Ray predictor actor).
 * Restarts back off exponentially (reset by any success), within a budget.
 """
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucli.batching import BatchCaps, halved_cost
-from gpucli.records import Batch
+from gpucli.records import Batch, FailureKind
 
 DEATHS_BEFORE_SPLIT = 2
 OOMS_BEFORE_SHRINK = 2
@@ -47,10 +48,10 @@ def halves(batch: Batch, attempts: int, new_id: Callable[[], int]) -> list[Batch
             for part in (np.arange(0, mid), np.arange(mid, len(batch)))]
 
 
-def after_error(batch: Batch, kind: str, text: str, new_id: Callable[[], int]) -> list[Action]:
+def after_error(batch: Batch, kind: FailureKind, text: str, new_id: Callable[[], int]) -> list[Action]:
     """The worker stayed alive but `predict` raised for this batch."""
     if len(batch) == 1:
-        return [Fail(batch, f"out of memory even alone: {text}" if kind == "oom" else text)]
+        return [Fail(batch, f"out of memory even alone: {text}" if kind is FailureKind.OOM else text)]
     return [Resend(half) for half in halves(batch, batch.attempts, new_id)]
 
 
@@ -73,6 +74,24 @@ def after_unstarted(in_flight: list[Batch]) -> list[Action]:
     return [Resend(batch) for batch in in_flight]
 
 
+@dataclass(frozen=True)
+class OomHistory:
+    """The caps batches are cut under, and the out-of-memory errors seen so far under them."""
+
+    caps: BatchCaps
+    events: int = 0
+
+
+def after_oom(history: OomHistory, batch_size: int) -> tuple[OomHistory, str]:
+    """One more out-of-memory error, on a batch of `batch_size`: the history after it, and the
+    line to show when it lowered the caps ("" when they stay)."""
+    events = history.events + 1
+    caps = caps_after_oom(history.caps, batch_size, events)
+    if caps is None:
+        return OomHistory(history.caps, events), ""
+    return OomHistory(caps, events), _lowered(caps, events)
+
+
 def caps_after_oom(caps: BatchCaps, batch_size: int, oom_events: int) -> BatchCaps | None:
     """New (halved) caps once out-of-memory errors repeat on batches the caps allowed; else None."""
     if oom_events >= OOMS_BEFORE_SHRINK and 1 < batch_size <= caps.max_items:
@@ -80,10 +99,30 @@ def caps_after_oom(caps: BatchCaps, batch_size: int, oom_events: int) -> BatchCa
     return None
 
 
-def lowered(caps: BatchCaps, oom_events: int) -> str:
+def _lowered(caps: BatchCaps, oom_events: int) -> str:
     """What a run says when out-of-memory errors lowered its caps."""
     cost = f", cost cap to {caps.max_cost}" if caps.max_cost else ""
     return f"out of memory {oom_events} times: batch size lowered to {caps.max_items}{cost}"
+
+
+@dataclass
+class Restarts:
+    """The restart budget of a run's workers, and the backoff that grows with deaths in a row."""
+
+    budget: int
+    used: int = 0
+    deaths_in_a_row: int = 0  # reset by any result
+
+    def after_death(self) -> float | None:
+        """Seconds to wait before the restart, or None: the budget is spent."""
+        if not may_restart(self.used, self.budget):
+            return None
+        self.used += 1
+        self.deaths_in_a_row += 1
+        return restart_delay(self.deaths_in_a_row)
+
+    def after_success(self) -> None:
+        self.deaths_in_a_row = 0
 
 
 def restart_delay(consecutive_deaths: int) -> float:

@@ -1,12 +1,15 @@
 """The loop inside each spawned worker process: load once, then predict batch after batch.
 
-Messages, parent -> worker: `(batch_id, packed)` or `None` (stop).
-Worker -> parent: `("ready", info)`, `("setup_error", message)`, `("started", batch_id)`,
-`("result", batch_id, outputs, seconds)`, `("error", batch_id, kind, message)`.
-"started" is written to the Pipe before `predict` begins, from the thread that runs it: when a
+Messages (frozen dataclasses in gpucli.records), parent -> worker: `Work(batch_id, packed)`,
+or `STOP` (None, the sentinel). Worker -> parent: `Ready(pid, device)` or
+`SetupFailed(message)` once, then per batch `Started(batch_id)` and either
+`Result(batch_id, outputs, seconds)` or `Failed(batch_id, kind, message)` (kind: a
+`FailureKind`, ERROR or OOM; the worker goes on after either).
+`Started` is written to the Pipe before `predict` begins, from the thread that runs it: when a
 native crash takes the worker down, results still queued for the sender thread are lost with it,
 and without this the parent would blame the oldest batch it had sent (one that had finished)
-instead of the one that was running.
+instead of the one that was running. A batch whose payload cannot be unpacked is `Failed`
+without a `Started`.
 `outputs` is whatever the task's `predict` returned for the batch: one float32 matrix for
 embed (a row per item), or a list of one dict per item.
 A receiver thread reads and unpacks the next batch while the model runs on this one; on
@@ -20,10 +23,12 @@ import queue
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
+from gpucli.records import Failed, FailureKind, Ready, Result, SetupFailed, Started, Work, WorkerMessage
 from gpucli.signals import leave_to_parent
-from gpucli.tasks import TaskSpec, create_task
+from gpucli.tasks import Task, TaskSpec, create_task
 
 STOP = None
 
@@ -31,6 +36,19 @@ STOP = None
 def worker_main(conn: Any, spec: TaskSpec, device: str, threads: int) -> None:
     """Entry point of a spawned worker. Never raises: every problem becomes a message."""
     leave_to_parent()  # a group's Ctrl-C or SIGTERM is the parent's to decide (gpucli.signals)
+    task = set_up(spec, device, threads)
+    if isinstance(task, SetupFailed):
+        _send(conn, task)
+        return
+    _send(conn, Ready(os.getpid(), device))
+    run_loop(conn, task)
+    _exit_now(conn)
+
+
+def set_up(spec: TaskSpec, device: str, threads: int) -> Task | SetupFailed:
+    """A model process's set-up, the same in a local worker and a Ray predictor actor: its share
+    of the cores and the allocator's settings before the task imports its libraries, then the
+    model. A failure is the task's own error, for the user to read."""
     limit_threads(threads)
     keep_freed_memory()
     try:
@@ -38,11 +56,8 @@ def worker_main(conn: Any, spec: TaskSpec, device: str, threads: int) -> None:
         task.setup(device)
         limit_torch_threads(threads)
     except BaseException as exc:  # noqa: BLE001 - the parent shows the worker's own error
-        _send(conn, ("setup_error", describe_error(exc)))
-        return
-    _send(conn, ("ready", {"pid": os.getpid(), "device": device}))
-    run_loop(conn, task)
-    _exit_now(conn)
+        return SetupFailed(describe_error(exc))
+    return task
 
 
 def _exit_now(conn: Any) -> None:
@@ -72,16 +87,15 @@ def run_loop(conn: Any, task: Any) -> None:
     sender.start()
     try:
         while True:
-            message = inbox.get()
-            if message is STOP or not sender.is_alive():
+            unpacked = inbox.get()
+            if unpacked is STOP or not sender.is_alive():
                 return
-            batch_id, payloads, unpack_error = message
-            if unpack_error is not None:
-                outbox.put(("error", batch_id, "error", unpack_error))
+            if unpacked.error:
+                outbox.put(Failed(unpacked.batch_id, FailureKind.ERROR, unpacked.error))
                 continue
-            if not _send(conn, ("started", batch_id)):
+            if not _send(conn, Started(unpacked.batch_id)):
                 return
-            outbox.put(predict_one(task, batch_id, payloads))
+            outbox.put(predict_one(task, unpacked.batch_id, unpacked.payloads))
     finally:
         outbox.put(STOP)
         sender.join(30)
@@ -93,36 +107,44 @@ def _send_all(conn: Any, outbox: queue.Queue) -> None:
             return
 
 
-def predict_one(task: Any, batch_id: int, payloads: list[Any]) -> tuple:
+def predict_one(task: Any, batch_id: int, payloads: list[Any]) -> Result | Failed:
     """Run one batch and check the task kept its promise of one output per input."""
     t0 = time.perf_counter()
     try:
         outputs = task.predict(payloads)
     except BaseException as exc:  # noqa: BLE001
         _free_memory()
-        return ("error", batch_id, "oom" if _is_oom(exc) else "error", describe_error(exc))
+        return Failed(batch_id, FailureKind.OOM if _is_oom(exc) else FailureKind.ERROR, describe_error(exc))
     if len(outputs) != len(payloads):
         message = (f"task {task.name!r} returned {len(outputs)} outputs for {len(payloads)} inputs; "
                    "predict must return one output per input. This is a bug in the task.")
-        return ("error", batch_id, "error", message)
-    return ("result", batch_id, outputs, time.perf_counter() - t0)
+        return Failed(batch_id, FailureKind.ERROR, message)
+    return Result(batch_id, outputs, time.perf_counter() - t0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Unpacked:
+    """A batch the receiver thread unpacked for the model (or the reason it could not)."""
+
+    batch_id: int
+    payloads: Any = None
+    error: str = ""
 
 
 def _receive(conn: Any, task: Any, inbox: queue.Queue) -> None:
     while True:
         try:
-            message = conn.recv()
+            work: Work | None = conn.recv()
         except (EOFError, OSError):
-            message = STOP  # the parent is gone: finish quietly
-        if message is STOP:
+            work = STOP  # the parent is gone: finish quietly
+        if work is STOP:
             _drop_waiting(inbox)
             inbox.put(STOP)
             return
-        batch_id, packed = message
         try:
-            inbox.put((batch_id, task.unpack(packed), None))
+            inbox.put(_Unpacked(work.batch_id, task.unpack(work.packed)))
         except Exception as exc:  # noqa: BLE001
-            inbox.put((batch_id, None, describe_error(exc)))
+            inbox.put(_Unpacked(work.batch_id, error=describe_error(exc)))
 
 
 def _drop_waiting(inbox: queue.Queue) -> None:
@@ -136,7 +158,7 @@ def _drop_waiting(inbox: queue.Queue) -> None:
 _SEND_LOCK = threading.Lock()  # the predicting thread and the sender thread write whole messages
 
 
-def _send(conn: Any, message: tuple) -> bool:
+def _send(conn: Any, message: WorkerMessage) -> bool:
     try:
         with _SEND_LOCK:
             conn.send(message)

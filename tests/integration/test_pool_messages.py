@@ -11,42 +11,32 @@ import numpy as np
 
 from gpucli.config import RunConfig
 from gpucli.core import task_and_spec
-from gpucli.pool import PoolEvents, Worker, WorkerPool
-from gpucli.records import Batch, Items
+from gpucli.pool import WorkerPool
+from gpucli.pool_events import BatchFailed
+from gpucli.pool_lifecycle import receive_until_closed
+from gpucli.records import Batch, Items, Result, Started
 from gpucli.tasks import create_task
 from tests.fake_task import FAKE
-
-
-class _Loop:
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-
-    def call_soon_threadsafe(self, fn, *args) -> None:
-        self.calls.append((fn.__name__, args))
 
 
 def test_results_sent_just_before_the_worker_exits_are_all_handed_to_the_loop():
     parent, child = mp.Pipe()
     for n in range(3):
-        child.send(("result", n, None, 0.0))
+        child.send(Result(n, None, 0.0))
     child.close()  # the worker exits right after its last results
-    loop = _Loop()
-    pool = types.SimpleNamespace(_loop=loop, _on_messages=WorkerPool._on_messages, _on_exit=WorkerPool._on_exit)
-    process = types.SimpleNamespace(join=lambda timeout: None)
-    WorkerPool._receive(pool, Worker(0, "cpu"), parent, process)
-    handed = [m for name, args in loop.calls if name == "_on_messages" for m in args[2]]
-    assert [m[1] for m in handed] == [0, 1, 2]
-    assert loop.calls[-1][0] == "_on_exit"
+    handed: list[list] = []
+    receive_until_closed(parent, handed.append)
+    assert [m.batch_id for messages in handed for m in messages] == [0, 1, 2]
 
 
 def test_a_batch_that_cannot_be_sent_fails_its_inputs_at_once():
-    failed: list[tuple[Batch, str]] = []
+    events: list = []
 
     spec = task_and_spec(RunConfig(task=FAKE, paths=(".",)))[1]
 
     async def scenario() -> None:
         task = create_task(spec)
-        pool = WorkerPool(task, spec, ["cpu"], PoolEvents(lambda *a: None, lambda b, r: failed.append((b, r))))
+        pool = WorkerPool(task, spec, ["cpu"], events.append)
         pool._loop = asyncio.get_running_loop()
         worker = pool.workers[0]
         worker.conn, _ = mp.Pipe()
@@ -54,13 +44,14 @@ def test_a_batch_that_cannot_be_sent_fails_its_inputs_at_once():
         items = Items(np.array([0]), np.array([0]), np.array([1]), ["x"], {})
         await pool.send(worker, Batch(1, items))
         for _ in range(100):
-            if failed:
+            if events:
                 break
             await asyncio.sleep(0.02)
         assert not worker.in_flight
 
     asyncio.run(scenario())
-    assert len(failed) == 1 and "could not send the batch" in failed[0][1]
+    [failed] = events
+    assert isinstance(failed, BatchFailed) and "could not send the batch" in failed.reason
 
 
 def _accounts_for(task):
@@ -133,18 +124,17 @@ def test_a_crash_is_blamed_on_the_batch_the_worker_said_it_started_not_the_oldes
     """A worker that finished batch 1 and died in batch 2 before its sender thread wrote batch 1's
     result: the parent holds both, and the batch it was running (2) is the one blamed."""
     from gpucli import recovery
-    from gpucli.pool import InFlight
+    from gpucli.dispatch import InFlight
 
     spec = task_and_spec(RunConfig(task=FAKE, paths=(".",)))[1]
     task = create_task(spec)
-    pool = WorkerPool(task, spec, ["cpu"], PoolEvents(lambda *a: None, lambda b, r: None))
+    pool = WorkerPool(task, spec, ["cpu"], lambda event: None)
     worker = pool.workers[0]
-    process = object()
+    process = types.SimpleNamespace()
     worker.process = process
     items = Items(np.array([0]), np.array([0]), np.array([1]), ["x"], {})
     for batch_id, sent_at in ((1, 1.0), (2, 2.0)):
         worker.in_flight[batch_id] = InFlight(Batch(batch_id, items), None, sent_at)
-    pool._handle(worker, process, ("started", 1), [])
-    pool._handle(worker, process, ("started", 2), [])
-    actions = recovery.after_death(pool._take_in_flight(worker), "exit code 3", pool._new_id)
+    pool._on_messages(worker, process, [Started(1), Started(2)])
+    actions = recovery.after_death(pool.dispatch.take_all(worker), "exit code 3", pool.dispatch.new_id)
     assert [(a.batch.id, a.batch.attempts) for a in actions] == [(2, 1), (1, 0)]

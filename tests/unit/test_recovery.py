@@ -8,7 +8,7 @@ import numpy as np
 
 from gpucli import recovery
 from gpucli.batching import BatchCaps
-from gpucli.records import Batch, Items, Ragged
+from gpucli.records import Batch, FailureKind, Items, Ragged
 
 
 def batch(n: int, attempts: int = 0, batch_id: int = 1) -> Batch:
@@ -24,7 +24,7 @@ def ids():
 
 
 def test_an_error_in_a_batch_halves_it_and_keeps_every_column_aligned():
-    actions = recovery.after_error(batch(5), "error", "boom", ids())
+    actions = recovery.after_error(batch(5), FailureKind.ERROR, "boom", ids())
     assert all(isinstance(a, recovery.Resend) for a in actions)
     halves = [a.batch.items for a in actions]
     assert [len(h) for h in halves] == [2, 3]
@@ -35,7 +35,7 @@ def test_an_error_in_a_batch_halves_it_and_keeps_every_column_aligned():
 
 
 def test_a_single_item_that_fails_becomes_a_failure_with_the_reason():
-    (action,) = recovery.after_error(batch(1), "oom", "CUDA out of memory", ids())
+    (action,) = recovery.after_error(batch(1), FailureKind.OOM, "CUDA out of memory", ids())
     assert isinstance(action, recovery.Fail) and action.reason == "out of memory even alone: CUDA out of memory"
 
 
@@ -69,6 +69,31 @@ def test_repeated_out_of_memory_halves_the_caps_once_it_repeats():
     assert BatchCaps(8).halved().max_cost == 0, "no cap stays no cap"
 
 
+def test_a_single_item_that_raised_fails_with_the_error_alone():
+    (action,) = recovery.after_error(batch(1), FailureKind.ERROR, "ValueError: BOOM", ids())
+    assert isinstance(action, recovery.Fail) and action.reason == "ValueError: BOOM"
+
+
+def test_the_caps_go_down_on_the_second_out_of_memory_error_and_the_run_is_told_once():
+    history = recovery.OomHistory(BatchCaps(64, 16384, 0.01))
+    history, said = recovery.after_oom(history, 64)
+    assert said == "" and history.caps == BatchCaps(64, 16384, 0.01) and history.events == 1
+    history, said = recovery.after_oom(history, 64)
+    assert history.caps == BatchCaps(32, 8192, 0.01)
+    assert said == "out of memory 2 times: batch size lowered to 32, cost cap to 8192"
+    history, said = recovery.after_oom(history, 64)  # a batch cut before the caps went down
+    assert said == "" and history.caps.max_items == 32, "only batches the caps allowed lower them"
+
+
 def test_restarts_back_off_and_stop_at_the_budget():
     assert recovery.restart_delay(1) < recovery.restart_delay(3) <= 5.0
     assert recovery.may_restart(15, 16) and not recovery.may_restart(16, 16)
+
+
+def test_the_restart_backoff_grows_with_deaths_in_a_row_and_a_result_resets_it():
+    restarts = recovery.Restarts(budget=3)
+    first, second = restarts.after_death(), restarts.after_death()
+    assert first < second
+    restarts.after_success()
+    assert restarts.after_death() == first and restarts.used == 3
+    assert restarts.after_death() is None, "the budget is spent"
