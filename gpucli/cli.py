@@ -5,9 +5,11 @@ Commands only parse flags into a `RunConfig` and call the engine; typed errors, 
 and bugs become one line on stderr and an exit code here (`_exit_codes`). Nothing heavy is imported until a command runs: `gpucli --help` must
 stay fast and must not import torch.
 
-Help is Click's plain formatter (`rich_markup_mode=None`), not rich markup: help texts hold
-literal brackets (`pip install 'gpucli[ray]'`, `[env: GPUCLI_OUT]`) that markup would eat,
-and plain help reads the same in a terminal, a pager and a log.
+Help is Typer's rich help, in panels (input, model, the task's own options, output,
+performance, incremental runs, engine, advanced) so that `embed --help` reads from what
+a user needs first to what they rarely touch. Help texts hold literal brackets
+(`pip install 'gpucli[ray]'`, `[env: GPUCLI_OUT]`) that rich markup would eat: every text
+goes through `escape` (rich's own rule, without importing rich for a run).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import typer
 
 from gpucli import __version__
 from gpucli.errors import EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, GpucliError, OutputError
+from gpucli.help import PlainCommand, PlainGroup, escape, examples_text, short_usage
+from gpucli.terminal import columns, fit, width_of
 
 app = typer.Typer(
     name="gpucli",
@@ -38,11 +42,15 @@ app = typer.Typer(
     "JSON lines or Qdrant. Bad files become failure records; the run goes on.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals can hold API keys
-    rich_markup_mode=None,  # plain Click help: see the module docstring
+    rich_markup_mode="rich",  # panels; every help text is escaped (see the module docstring)
+    cls=PlainGroup,
     add_completion=True,  # gpucli --install-completion; loads nothing until a shell asks
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+ENV_HELP = ("Every option can be set as GPUCLI_<FLAG> in the environment (--batch-size: GPUCLI_BATCH_SIZE) or "
+            "as a key of a --config TOML file (batch_size = 32). Flags win over the environment, which wins over "
+            "the file.")
 EXIT_CODES_HELP = ("Exit codes: 0 all done; 1 some inputs failed (see the failures file); 2 bad usage or config; "
                    "3 the run itself failed (sink unreachable, disk full, internal error); 75 another run holds "
                    "the lock on this output; 130 interrupted by Ctrl-C, 143 by SIGTERM (rerun to finish).")
@@ -98,6 +106,23 @@ COMMON_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
                                          "else ~/.local/state/gpucli). Other outputs keep them beside themselves."),
 ]
 
+# Help panels, in the order `--help` shows them; the task's own options come third, under its name.
+INPUT, MODEL, OUTPUT, PERFORMANCE, INCREMENTAL, ENGINE, ADVANCED = (
+    "Input", "Model", "Output", "Performance", "Incremental runs and cron", "Engine (Ray)", "Advanced")
+PANELS = {
+    INPUT: ("paths", "include", "exclude", "max_file_mb", "limit", "from_table", "text_column", "id_column", "config"),
+    MODEL: ("model", "revision", "dtype"),
+    OUTPUT: ("out", "json", "quiet", "progress", "dry_run"),
+    PERFORMANCE: ("devices", "workers_per_device", "batch_size", "max_batch_cost", "max_wait_ms"),
+    INCREMENTAL: ("incremental", "prune", "prune_all", "fail_on", "allow_empty", "state_dir"),
+    ENGINE: ("engine", "ray_address"),
+    ADVANCED: ("setup_timeout_s", "batch_timeout_s"),
+}
+PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
+# Task options that belong with common ones; the rest go under the task's own name.
+TASK_PANELS = {"normalize": MODEL, "prompt": MODEL, "prefix": MODEL, "backend": PERFORMANCE, "quantize": PERFORMANCE,
+               "extract_timeout": INPUT, "allow_unknown_tokens": INPUT}
+
 # Only for tasks that read texts from a table (`reads_tables`: embed); see gpucli/tables.py.
 TABLE_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [
     ("from_table", str, ("--from",), "Embed the rows of a table (.parquet, .csv or .jsonl) instead of files: one "
@@ -129,13 +154,21 @@ def _root(version: Annotated[Optional[bool], typer.Option("--version", "-V", cal
     pass
 
 
-def _option(name: str, kind: Any, flags: tuple[str, ...], help_text: str) -> inspect.Parameter:
+def _option(name: str, kind: Any, flags: tuple[str, ...], help_text: str, panel: str = "") -> inspect.Parameter:
     """A keyword parameter whose default None means "not given" (config.py fills it from the
     environment, the config file or the default); its help names its GPUCLI_* variable."""
-    metavar = None if kind is bool else METAVAR_OVERRIDES.get(name, METAVARS.get(kind, "TEXT"))
-    option = typer.Option(*flags, help=f"{help_text} [env: {env_name(name)}]", show_default=False, metavar=metavar)
+    metavar = "" if kind is bool else METAVAR_OVERRIDES.get(name, METAVARS.get(kind, "TEXT"))  # a flag: no `<bool>`
+    option = typer.Option(*flags, help=escape(help_text + env_note(name, flags[0])), show_default=False,
+                          metavar=metavar, rich_help_panel=TASK_PANELS.get(name) or panel or PANEL_OF.get(name, ADVANCED))
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[Optional[kind], option])
+
+
+def env_note(name: str, flag: str) -> str:
+    """` [env: GPUCLI_FROM_TABLE]` where the variable is not the flag's own name upper-cased
+    (the epilog says that rule once: forty `[env: ...]` notes made the help twice as long)."""
+    own = "GPUCLI_" + flag.split("/")[0].lstrip("-").replace("-", "_").upper()
+    return "" if env_name(name) == own else f" [env: {env_name(name)}]"
 
 
 def env_name(option: str) -> str:
@@ -152,8 +185,13 @@ def _task_parameters(task_cls: type) -> list[inspect.Parameter]:
         default = f.default if f.default is not dataclasses.MISSING else None
         kind = field_types(task_cls.Options)[f.name]  # `bool | None` -> bool: None is "not given"
         help_text = f"{f.metadata.get('help', '')} (default: {f.metadata.get('default_help', default)})"
-        params.append(_option(f.name, kind, (flag,), help_text))
+        params.append(_option(f.name, kind, (flag,), help_text, task_panel(task_cls)))
     return params
+
+
+def task_panel(task_cls: type) -> str:
+    """The panel of a task's own options: `Embed options`."""
+    return f"{task_cls.name.capitalize()} options"
 
 
 def _make_command(task_cls: type):
@@ -171,32 +209,47 @@ def _make_command(task_cls: type):
             cli[key] = tuple(cli[key]) if cli[key] else None
         _run_task(task_cls, cli, config_file)
 
-    params = [
+    params = _ordered([
         inspect.Parameter("paths", inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[Optional[list[str]], typer.Argument(
                               help="Files and directories to read (directories are walked)." + (
                                   " None with --from." if getattr(task_cls, "reads_tables", False) else ""),
-                              show_default=False,
-                              metavar="PATH...")]),
+                              show_default=False, metavar="PATH...", hidden=True)]),  # described in the help
         *[_option(*spec) for spec in COMMON_OPTIONS],
         *[_option(*spec) for spec in (TABLE_OPTIONS if getattr(task_cls, "reads_tables", False) else [])],
         inspect.Parameter("incremental", inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[Optional[bool], typer.Option(
-                              "--incremental/--full", show_default=False,
-                              help="Skip inputs already done in this output, or redo everything "
-                                   f"(default: incremental). [env: {env_name('incremental')}]")]),
+                              "--incremental/--full", show_default=False, rich_help_panel=INCREMENTAL,
+                              help=escape("Skip inputs already done in this output, or redo everything "
+                                          "(default: incremental)."), metavar="")]),
         inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[Optional[Path], typer.Option(
                               "--config", "-c", help="TOML file of options (see configs/). Flags > GPUCLI_* "
                                                      "environment > this file > defaults.", show_default=False,
-                              metavar="PATH")]),
+                              metavar="PATH", rich_help_panel=INPUT)]),
         *_task_parameters(task_cls),
-    ]
+    ], task_panel(task_cls))
     command.__signature__ = inspect.Signature(params)
     command.__annotations__ = {}
     command.__name__ = task_cls.name
-    command.__doc__ = f"{task_cls.help}\n\n\b\nExamples:\n{task_cls.examples}\n\n{EXIT_CODES_HELP}"
+    command.gpucli_task = task_cls  # for TaskCommand's short usage
+    paths = "PATH... are the files and directories to read (directories are walked)" + (
+        "; none with --from." if getattr(task_cls, "reads_tables", False) else ".")
+    command.__doc__ = escape(f"{task_cls.help}\n\n\b\nExamples:\n{examples_text(task_cls.examples)}\n\n{paths}")
     return command
+
+
+def _ordered(params: list[inspect.Parameter], own_panel: str) -> list[inspect.Parameter]:
+    """Parameters in panel order (help shows panels in the order their first option comes):
+    input, model, the task's own options, then the rest as PANELS lists them."""
+    order = [INPUT, MODEL, own_panel, *[p for p in PANELS if p not in (INPUT, MODEL)]]
+
+    def rank(param: inspect.Parameter) -> int:
+        panel = next((getattr(m, "rich_help_panel", None) for m in getattr(param.annotation, "__metadata__", ())),
+                     None)
+        return order.index(panel) if panel in order else len(order)
+
+    return sorted(params, key=rank)  # stable: within a panel, the order written above
 
 
 def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> None:
@@ -205,6 +258,7 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
         from gpucli.config import build_config
 
         config = build_config(task_cls.name, task_cls.Options, cli, config_file)
+        check_model(task_cls, config.model)
         from gpucli.engines import run_engine
 
         try:
@@ -220,6 +274,23 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
             print(json.dumps(summary.to_dict(), ensure_ascii=False), flush=True)
     _exit_now_after_a_cut_ray_start(summary.exit_code)
     raise typer.Exit(summary.exit_code)
+
+
+def check_model(task_cls: type, model: str) -> None:
+    """Before any work: an alias of another task, or a model directory of the wrong kind, is a
+    usage error that names the task it belongs to (each task's own loader would fail in its
+    own words: `hf download minilm`, "no tokenizer.json")."""
+    if not model:
+        return
+    from gpucli.model_kind import require_kind, wrong_task_alias
+    from gpucli.tasks import all_tasks
+
+    aliases = [(entry.alias, entry.task) for cls in all_tasks().values() for entry in cls.models()]
+    error = wrong_task_alias(task_cls.name, model, aliases)
+    if error is not None:
+        raise error
+    if os.path.isdir(model):
+        require_kind(task_cls.name, model, model)
 
 
 def _exit_now_after_a_cut_ray_start(code: int) -> None:
@@ -314,7 +385,7 @@ def _print_summary(s: Any) -> None:
     if getattr(s, "dry_run", False):
         print(f"gpucli {s.task}: dry run — {s.inputs} inputs: {s.succeeded} would run, {s.unchanged} unchanged, "
               f"{s.failed} would fail, {s.skipped} skipped" + (f", {s.pruned} would be pruned" if s.pruned else "")
-              + f"; nothing written to {s.out}", file=sys.stderr, flush=True)
+              + f"; nothing written to {s.out}", file=sys.stderr, flush=True)  # one line: a log's, for grep
         return
     state = ("interrupted" if s.interrupted else "done" if s.exit_code == 0
              else "done with failures" if s.exit_code == 1 else "failed")
@@ -331,7 +402,7 @@ def _print_summary(s: Any) -> None:
         lines.append(f"  failures and skips: {s.failures_file}")
     if s.interrupted:
         lines.append("  rerun the same command to finish the rest")
-    print("\n".join(lines), file=sys.stderr, flush=True)
+    print(fit("\n".join(lines), width_of(sys.stderr)), file=sys.stderr, flush=True)  # words whole on a terminal
 
 
 def has_records(path: str) -> bool:
@@ -343,14 +414,36 @@ def has_records(path: str) -> bool:
         return False
 
 
+class TaskCommand(PlainCommand):
+    """A task's command: bare (no argument at all), it prints a short usage with two examples
+    and where to read on, not 150 lines of help (exit 2, as Click's no_args_is_help)."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return ["PATH...", "[OPTIONS]"]  # not Click's `[OPTIONS] [PATH...]...`
+
+    def get_help_option(self, ctx: click.Context) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.rich_help_panel = ADVANCED  # last, not a panel of its own between the arguments and Input
+        return option
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and not ctx.resilient_parsing and not os.environ.get(env_name("paths")):
+            click.echo(short_usage(self.callback.gpucli_task, ctx.command_path, columns()), err=True)
+            ctx.exit(2)
+        return super().parse_args(ctx, args)
+
+
 def _register_tasks() -> None:
     from gpucli.tasks import all_tasks
 
     for task_cls in all_tasks().values():
-        app.command(name=task_cls.name, help=None, no_args_is_help=True)(_make_command(task_cls))
+        app.command(name=task_cls.name, help=None, cls=TaskCommand,
+                    epilog=escape(f"{ENV_HELP}\n\n{EXIT_CODES_HELP}"))(
+            _make_command(task_cls))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def models(json_out: Annotated[bool, typer.Option("--json", help="One JSON object per model on stdout.")] = False,
            ) -> None:
     """List model aliases: task, backend, and whether each loads offline on this machine.
@@ -372,45 +465,55 @@ def models(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
 
 
 def models_table(rows: list[dict[str, Any]], console: Any = None) -> None:
-    """The models as a table on stdout. Cells are Text, never markup: a description such as
-    "gpucli[funasr]" must print its brackets."""
+    """The models on stdout, two lines each (alias, task, offline, backend; then the description
+    wrapped on words), so that an alias is never cut at 80 columns, whatever the descriptions
+    hold. Text, never markup: a description such as "gpucli[funasr]" must print its brackets."""
     from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
-    table = Table(title="gpucli models")
-    for column in ("alias", "task", "backend", "offline", "description"):
-        table.add_column(column)
+    console = console or Console()
+    width = console.width
+    alias_w = max((len(r["alias"]) + 2 for r in rows), default=5)
+    task_w = max((len(r["task"]) for r in rows), default=4)
+    head = f"{'alias':<{alias_w}} {'task':<{task_w}} {'offline':<7} backend"
+    console.print(Text(head, style="bold"), soft_wrap=True)
     for r in rows:
-        alias = r["alias"] + (" (default)" if r["default"] else "")
-        cells = (alias, r["task"], r["backend"], "yes" if r["available"] else "no", r["description"])
-        table.add_row(*(Text(str(cell)) for cell in cells))
-    (console or Console()).print(table)
+        alias = r["alias"] + (" *" if r["default"] else "")
+        line = f"{alias:<{alias_w}} {r['task']:<{task_w}} {'yes' if r['available'] else 'no':<7} {r['backend']}"
+        console.print(Text(fit(line, width, " " * (alias_w + task_w + 10))), soft_wrap=True)
+        console.print(Text(fit("    " + r["description"], width, ""), style="dim"), soft_wrap=True)
+    console.print(Text(fit("* the task's default model; any local model directory or Hugging Face id works with "
+                           "--model too", width, "  ")), soft_wrap=True)
 
 
-@app.command()
+SEARCH_HELP = ("Show the chunks of an embed output nearest to QUERY (cosine similarity).\n\n"
+               "\b\nExamples:\n"
+               "  gpucli search \"how do bees make honey\" --in embed.parquet\n"
+               "  gpucli search \"tidal forces\" --in qdrant:./qdrant_data/docs -k 3 --json\n\n"
+               "The query is embedded with the model the output was made with (named in its metadata). A Parquet "
+               "dataset or a JSON lines file is scanned in batches with bounded memory; Qdrant searches itself.")
+SEARCH_EXIT = ("Exit codes: 0 done; 1 the search failed (e.g. Qdrant unreachable); 2 bad usage or not an embed "
+               "output; 3 internal error; 130 interrupted.")
+INSPECT_HELP = ("Describe a gpucli output: task, model, rows, inputs done, failures, the last run, and the task's "
+                "own settings.\n\n"
+                "\b\nExamples:\n  gpucli inspect embed.parquet\n  gpucli inspect rows.jsonl --json\n"
+                "  gpucli inspect qdrant:./qdrant_data/docs\n\n"
+                "Reads only: the ledger is opened read-only and the run lock is not taken, so it works while a run "
+                "writes the output.")
+INSPECT_EXIT = "Exit codes: 0 done; 2 not a gpucli output (or unreadable); 3 internal error."
+
+
+@app.command(cls=PlainCommand, help=escape(SEARCH_HELP), epilog=escape(SEARCH_EXIT))
 def search(
     query: Annotated[str, typer.Argument(help="What to look for, in words.", show_default=False, metavar="QUERY")],
     source: Annotated[str, typer.Option("--in", "-i", show_default=False, metavar="PATH|URL",
-                                        help="An embed output: DIR.parquet, qdrant://HOST:PORT/COLLECTION or "
-                                             "qdrant:PATH/COLLECTION.")],
+                                        help="An embed output: DIR.parquet, FILE.jsonl, "
+                                             "qdrant://HOST:PORT/COLLECTION or qdrant:PATH/COLLECTION.")],
     k: Annotated[int, typer.Option("-k", "--top-k", help="How many chunks to show.", metavar="INTEGER")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object per hit on stdout (rank, score, path, "
                                                           "chunk, char_start, char_end, text).")] = False,
 ) -> None:
-    """Show the chunks of an embed output nearest to QUERY (cosine similarity).
-
-    The query is embedded with the model the output was made with (named in its metadata).
-    A Parquet dataset is scanned in batches with bounded memory; Qdrant searches itself.
-
-    \b
-    Examples:
-      gpucli search "how do bees make honey" --in embed.parquet
-      gpucli search "tidal forces" --in qdrant:./qdrant_data/docs -k 3 --json
-
-    Exit codes: 0 done; 1 the search failed (e.g. Qdrant unreachable); 2 bad usage or not an embed output;
-    3 internal error; 130 interrupted.
-    """
+    """The nearest chunks (help: SEARCH_HELP)."""
     with _exit_codes():
         from gpucli import search as searching
 
@@ -418,25 +521,13 @@ def search(
         searching.render(result, json_out)
 
 
-@app.command(name="inspect")
+@app.command(name="inspect", cls=PlainCommand, help=escape(INSPECT_HELP), epilog=escape(INSPECT_EXIT))
 def inspect_command(
-    out: Annotated[str, typer.Argument(help="A gpucli output: DIR.parquet or FILE.jsonl.", show_default=False,
+    out: Annotated[str, typer.Argument(help="A gpucli output: DIR.parquet, FILE.jsonl or qdrant:PATH/COLLECTION.", show_default=False,
                                        metavar="OUT")],
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
-    """Describe a gpucli output: task, model, dims, pooling, prompt, rows, inputs done,
-    failures and the last run, from its metadata and its ledger.
-
-    Reads only: the ledger is opened read-only and the run lock is not taken, so it works
-    while a run writes the output.
-
-    \b
-    Examples:
-      gpucli inspect embed.parquet
-      gpucli inspect rows.jsonl --json
-
-    Exit codes: 0 done; 2 not a gpucli output (or unreadable); 3 internal error.
-    """
+    """What an output holds (help: INSPECT_HELP)."""
     with _exit_codes():
         from gpucli import inspect as inspecting
 

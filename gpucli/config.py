@@ -172,6 +172,47 @@ def _typed_number(raw: Any, kind: type, where: str) -> Any:
     return kind(raw)
 
 
+def did_you_mean(unknown: list[str], known: Mapping[str, Any], prefix: str = "") -> str:
+    """"; did you mean batch_size?" for the unknown names that are close to a known one (difflib),
+    else where the known ones are listed: forty-five names say less than the one meant."""
+    import difflib
+
+    guesses = [f"{prefix}{name} -> {prefix}{close[0]}" if len(unknown) > 1 else f"{prefix}{close[0]}"
+               for name in unknown if (close := difflib.get_close_matches(name, list(known), n=1, cutoff=0.6))]
+    if guesses:
+        return f"; did you mean {', '.join(guesses)}?"
+    return "; `gpucli TASK --help` lists the options (a config key is an option's name: batch_size)"
+
+
+# GPUCLI_* variables that are not options: gpucli's own switches, its tests' and benchmarks'.
+NOT_OPTIONS = ("GPUCLI_DEBUG", "GPUCLI_QDRANT_", "GPUCLI_TEST_", "GPUCLI_BENCH_")
+
+
+def check_env_names(known: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+    """A GPUCLI_* variable that names no option but is close to one is a typo (GPUCLI_BATCHSIZE):
+    an error, not silence, or a cron job runs with a default it meant to change. A variable far
+    from every option is left alone: it may be another task's option or another tool's."""
+    names = {f"GPUCLI_{name.upper()}": name for name in known}
+    unknown = [key for key in environ if key.startswith("GPUCLI_") and key not in names
+               and not key.startswith(NOT_OPTIONS) and key[7:].lower() not in _all_option_names()]
+    import difflib
+
+    typos = [(key, close[0]) for key in sorted(unknown)
+             if (close := difflib.get_close_matches(key, list(names), n=1, cutoff=0.85))]
+    if typos:
+        raise UsageError("environment: " + "; ".join(f"{key} is not an option; did you mean {right}?"
+                                                     for key, right in typos))
+
+
+def _all_option_names() -> set[str]:
+    """Every task's option names (GPUCLI_CHUNK_TOKENS is embed's, not a typo under classify)."""
+    try:
+        from gpucli.tasks import all_tasks
+    except ImportError:  # pragma: no cover - a broken install: no names to spare
+        return set()
+    return {name for cls in all_tasks().values() for name in field_types(cls.Options)}
+
+
 def field_types(cls: type) -> dict[str, type]:
     hints = {}
     for f in dataclasses.fields(cls):
@@ -198,10 +239,11 @@ def build_config(
     task_types = field_types(options_cls)
     known = {**RUN_TYPES, **task_types}
     layered: dict[str, Any] = {}
+    check_env_names(known, environ)
     for where, layer in (("config file", load_toml(config_file, task)), ("environment", from_env(known, environ))):
         unknown = sorted(set(layer) - set(known))
         if unknown:
-            raise UsageError(f"{where}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise UsageError(f"{where}: unknown option(s) {', '.join(unknown)}{did_you_mean(unknown, known)}")
         layered.update({k: convert(v, known[k], f"{where} key {k}") for k, v in layer.items()})
     layered.update({k: v for k, v in cli.items() if v is not None})
     run_values = {k: v for k, v in layered.items() if k in RUN_FIELDS}
