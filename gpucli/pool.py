@@ -15,6 +15,7 @@ what happened in pool_events' events, through one callable, on the loop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 import traceback
 from typing import Any
@@ -92,7 +93,7 @@ class WorkerPool:
 
     # --- sending ------------------------------------------------------------------------
     @property
-    def retry(self) -> Any:
+    def retry(self) -> collections.deque[Batch]:
         """Batches to send before any new one (split or resent by recovery)."""
         return self.dispatch.retry
 
