@@ -100,7 +100,8 @@ class QuadraticBuffer:
         import numpy as np
         import pyarrow as pa
 
-        from gpucli.writer import COMPLETE, OPEN
+        from gpucli.ledger import Status
+        OPEN, COMPLETE = Status.OPEN, Status.COMPLETE
 
         table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
         ids, index = np.concatenate(self._ids), np.concatenate(self._index)
@@ -120,7 +121,8 @@ def buffer_seconds(buffer: Any, chunks: int, part_rows: int) -> float:
     import numpy as np
     import pyarrow as pa
 
-    from gpucli.writer import COMPLETE, OPEN
+    from gpucli.ledger import Status
+    OPEN, COMPLETE = Status.OPEN, Status.COMPLETE
 
     text = pa.array(["x" * CHUNK_CHARS] * BATCH)
     vectors = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(BATCH * DIMS, np.float32)), DIMS)
@@ -164,7 +166,7 @@ def main() -> None:
     parser.add_argument("--part-rows", type=int, default=1000)
     parser.add_argument("--skip-e2e", action="store_true")
     args = parser.parse_args()
-    from gpucli.writer import PartBuffer
+    from gpucli.parts import PartBuffer
 
     sizes = [float(s) for s in args.sizes.split(",")]
     buffer_seconds(PartBuffer(), 4 * BATCH, BATCH)  # imports and first calls outside the figures

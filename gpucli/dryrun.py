@@ -11,10 +11,11 @@ import json
 import sys
 
 from gpucli.config import RunConfig
-from gpucli.core import Job, RunSummary
 from gpucli.errors import OutputError, UsageError
+from gpucli.job import Job
 from gpucli.ledger import Action, ReadOnlyLedger, decide
 from gpucli.sinks import open_sink
+from gpucli.summary import RunSummary
 from gpucli.tables import split_key
 
 

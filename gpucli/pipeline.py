@@ -26,18 +26,8 @@ from contextlib import contextmanager
 
 from gpucli.batching import END, Batcher, BlockQueue
 from gpucli.config import RunConfig
-from gpucli.core import (  # noqa: F401 - re-exported: the names other modules and tests use
-    Job,
-    RunSummary,
-    batch_caps,
-    check_roots,
-    default_out,
-    output_metadata,
-    output_schema,
-    output_settings,
-    task_and_spec,
-)
 from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM, OutputError
+from gpucli.job import Job
 from gpucli.pool import WorkerPool
 from gpucli.pool_events import BatchesDone, BatchFailed, OutOfMemory, PoolEvent, PoolLog
 from gpucli.progress import Progress
@@ -45,6 +35,7 @@ from gpucli.reader import read_chunks
 from gpucli.records import Batch
 from gpucli.recovery import OomHistory, after_oom
 from gpucli.signals import LoopSignals
+from gpucli.summary import RunSummary
 from gpucli.writer import Writer
 
 STOP_DEADLINE_S = 10.0  # from a signal to the exit, whatever is running
@@ -111,8 +102,7 @@ class Pipeline:
                                batch_timeout_s=config.batch_timeout_s, max_restarts=config.max_restarts,
                                setup_timeout_s=config.setup_timeout_s)
         self._oom = OomHistory(self.batcher.caps)  # out-of-memory errors lower the batcher's caps
-        self.writer = Writer(job.output.sink, config.part_rows, config.flush_s, job.accounts.take_part,
-                             job.accounts.commit, job.accounts.durable, lambda: job.accounts.buffer.rows)
+        self.writer = Writer(job.accounts, config.part_rows, config.flush_s)
         self.has_work = asyncio.Event()
         ticker = asyncio.ensure_future(self._tick())
         self.reader = asyncio.ensure_future(self._read(devices))  # reads while the workers load their models

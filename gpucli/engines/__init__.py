@@ -15,7 +15,7 @@ from gpucli.errors import UsageError
 
 if TYPE_CHECKING:
     from gpucli.config import RunConfig
-    from gpucli.pipeline import RunSummary
+    from gpucli.summary import RunSummary
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def test_long_document_is_chunked_covering_all_text(task):
 
 
 def test_embed_sample_docs_through_the_cli(tmp_path, monkeypatch):
-    from gpucli.core import Job
+    from gpucli.job import Job
 
     chosen = []  # the reader's choice, made once the workers' devices are known
     choose = Job.reader_processes
@@ -251,7 +251,7 @@ def test_a_cpu_host_runs_a_real_model_in_one_single_threaded_worker_per_core_and
     import dataclasses
 
     from gpucli.config import RunConfig
-    from gpucli.core import Job
+    from gpucli.job import Job
 
     task = create_task(TaskSpec("embed", "minilm"))
     task.open()
@@ -277,7 +277,7 @@ def test_a_real_model_on_the_cpu_reads_in_threads_and_a_gpu_run_in_reader_proces
     import dataclasses
 
     from gpucli.config import RunConfig
-    from gpucli.core import Job
+    from gpucli.job import Job
 
     task = create_task(TaskSpec("embed", "minilm"))
     task.open()

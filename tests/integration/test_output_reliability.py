@@ -20,13 +20,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpucli import pipeline
 from gpucli.errors import UsageError
 from gpucli.fingerprint import check_settings, fingerprint, legacy_match
 from gpucli.ledger import Ledger
 from gpucli.sinks.jsonl import JsonlSink
 from gpucli.sinks.parquet import ParquetSink
-from tests.fake_task import FAKE, FakeOptions
+from tests.fake_task import FAKE
 from tests.helpers import expected_rows, jsonl_rows, parquet_rows, run_fake
 
 pytestmark = pytest.mark.slow
@@ -384,23 +383,12 @@ def make_legacy(ledger: Path, rename=None) -> None:
     db.close()
 
 
-def effective_options(monkeypatch) -> None:
-    """What the core passes once it fingerprints the effective options (issue 13, item 14)."""
-    given = pipeline.output_settings
-
-    def effective(spec, metadata):
-        return {**given(spec, metadata), "options": dataclasses.asdict(FakeOptions(**spec.options))}
-
-    monkeypatch.setattr(pipeline, "output_settings", effective)
-
-
 def test_an_output_of_gpucli_0_1_with_the_same_settings_needs_no_full_after_the_upgrade(tree, tmp_path,
                                                                                        monkeypatch):
     root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
     out = tmp_path / "out.parquet"
     run_fake([root], out, {"sleep_ms": 1})  # 0.1 fingerprinted only the given options
     make_legacy(out / "_gpucli" / "ledger.sqlite")
-    effective_options(monkeypatch)
     again = run_fake([root], out, {"sleep_ms": 1})
     assert (again.exit_code, again.unchanged, again.succeeded) == (0, 2, 0)
     db = sqlite3.connect(out / "_gpucli" / "ledger.sqlite")
@@ -417,7 +405,6 @@ def test_an_output_of_gpucli_0_1_with_other_settings_still_needs_full(tree, tmp_
     out = tmp_path / "out.parquet"
     run_fake([root], out, before)
     make_legacy(out / "_gpucli" / "ledger.sqlite")
-    effective_options(monkeypatch)
     with pytest.raises(UsageError, match="--full"):
         run_fake([root], out, after)
 
@@ -425,7 +412,6 @@ def test_an_output_of_gpucli_0_1_with_other_settings_still_needs_full(tree, tmp_
 def test_other_settings_are_named_with_their_old_and_new_values(tree, tmp_path, monkeypatch):
     root = tree({"a.txt": "alpha\n"})
     out = tmp_path / "out.parquet"
-    effective_options(monkeypatch)
     run_fake([root], out)
     with pytest.raises(UsageError, match=r"options\.sleep_ms: 0\.0 -> 2"):
         run_fake([root], out, {"sleep_ms": 2})

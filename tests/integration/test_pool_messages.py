@@ -10,7 +10,7 @@ import types
 import numpy as np
 
 from gpucli.config import RunConfig
-from gpucli.core import task_and_spec
+from gpucli.job import task_and_spec
 from gpucli.pool import WorkerPool
 from gpucli.pool_events import BatchFailed
 from gpucli.pool_lifecycle import receive_until_closed
@@ -55,7 +55,9 @@ def test_a_batch_that_cannot_be_sent_fails_its_inputs_at_once():
 
 
 def _accounts_for(task):
-    from gpucli.core import Accounts, RunSummary, output_schema
+    from gpucli.accounts import Accounts
+    from gpucli.settings import output_schema
+    from gpucli.summary import RunSummary
     from gpucli.progress import Counts
 
     output = types.SimpleNamespace(failed=lambda failure: False)
@@ -82,7 +84,8 @@ def _embed_batches(task, counts: list[int]):
 def test_results_of_one_wake_up_become_rows_together_and_each_row_keeps_its_input():
     from gpucli.tasks import TaskSpec
     from gpucli.tasks.embed import EmbedTask
-    from gpucli.writer import COMPLETE
+    from gpucli.ledger import Status
+    COMPLETE = Status.COMPLETE
 
     task = EmbedTask(TaskSpec("embed", "minilm"))
     task.dims = 4

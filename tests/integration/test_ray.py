@@ -211,7 +211,7 @@ def test_a_stop_right_after_the_ledger_marks_a_part_done_still_counts_that_part(
     import os
     import signal
 
-    from gpucli.core import Accounts
+    from gpucli.accounts import Accounts
     from gpucli.engines.ray import run
     from gpucli.progress import Progress
 
@@ -264,7 +264,7 @@ def test_sigterm_during_the_walk_exits_143_prunes_nothing_and_starts_no_ray(tree
     import os
     import signal
 
-    from gpucli.core import Job
+    from gpucli.job import Job
 
     root, out = _three_done_one_gone(tree, tmp_path)
     walk = Job.walk
@@ -400,7 +400,7 @@ def test_a_stop_right_after_a_walk_failure_is_written_still_counts_it(tree, tmp_
     import os
     import signal
 
-    from gpucli.core import Job
+    from gpucli.job import Job
     from gpucli.engines.ray import RayJob
     from gpucli.output import Output
     from gpucli.records import Failure
@@ -512,7 +512,7 @@ def test_predictor_windows_match_the_local_dispatcher():
     the task's queue size (transcribe keeps big audio chunks few)."""
     pytest.importorskip("ray")
     from gpucli.engines.ray import RayJob
-    from gpucli.pipeline import batch_caps
+    from gpucli.job import batch_caps
     from gpucli.tasks.embed import EmbedTask
     from gpucli.tasks.transcribe import TranscribeTask
 

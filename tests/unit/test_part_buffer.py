@@ -6,7 +6,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpucli.writer import COMPLETE, FAILED, OPEN, PartBuffer
+from gpucli.ledger import Status
+from gpucli.parts import PartBuffer
+
+OPEN, COMPLETE, FAILED = Status.OPEN, Status.COMPLETE, Status.FAILED
 
 
 class CountingStatus(np.ndarray):

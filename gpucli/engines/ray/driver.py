@@ -26,14 +26,16 @@ from collections.abc import Callable
 from typing import Any
 
 from gpucli.config import RunConfig
-from gpucli.core import Job, RunSummary
 from gpucli.errors import OutputError, RunFailedError, WorkerSetupError
+from gpucli.job import Job
 from gpucli.ledger import Action, decide
 from gpucli.progress import Counts, Progress
 from gpucli.reader import ReadChunk
 from gpucli.records import Failure, Source
 from gpucli.signals import DriverStops
+from gpucli.summary import RunSummary
 from gpucli.walk import Found
+from gpucli.writer import part_due
 
 from .actors import BATCH, CAPS, CHUNK, SETUP, dataset, source_row
 from .connection import connect, data_context, first_line, joined, nothing
@@ -216,14 +218,14 @@ class RayJob:
     def _flush(self, force: bool = False) -> None:
         """The rows of complete inputs as one part, once `part_rows` wait or `flush_s` passed."""
         accounts = self.job.accounts
-        if not force and accounts.buffer.rows < self.config.part_rows and \
-                time.monotonic() - self._last_flush < self.config.flush_s:
+        if not force and not part_due(accounts.backlog, self.config.part_rows, time.monotonic() - self._last_flush,
+                                      self.config.flush_s):
             return
         self._last_flush = time.monotonic()
         part = accounts.take_part()
         if part is not None:
             t0 = time.perf_counter()
-            accounts.durable(accounts.commit(part, self.job.output.sink.write(part.table)))
+            accounts.durable(accounts.write(part))  # the local writer's commit step, in turn
             self.write_s += time.perf_counter() - t0
 
     def _finish(self, error: OutputError | None = None) -> RunSummary:
