@@ -136,6 +136,14 @@ def test_every_command_shown_names_a_command_and_options_the_cli_has(shown: Show
     assert not unknown, f"{shown.id}: gpucli {' '.join(shown.argv)}: no such option {unknown}"
 
 
+def test_every_option_named_in_the_text_is_one_gpucli_has():
+    group = _cli()
+    flags = _flags(group) | {f for command in group.commands.values() for f in _flags(command)}
+    foreign = {"--runtime-env-json"}  # ray job submit's
+    named = {f for text in PAGES.values() for f in re.findall(r"`(--[a-z][\w-]*)", text)}
+    assert not named - flags - foreign, sorted(named - flags - foreign)
+
+
 # --- runs, in a sandbox ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
