@@ -2,9 +2,14 @@
 
 Read from two places a run leaves behind:
 * the metadata: for Parquet, the `gpucli.*` keys of the newest part's schema (only its footer
-  is read); for JSON lines, which has no metadata, the `info` the ledger stored with its settings;
-* the ledger (SQLite: `OUT/_gpucli/ledger.sqlite` for Parquet, `OUT.gpucli/ledger.sqlite` for
-  JSON lines): inputs done and failed, rows, the time of the last change.
+  is read); for JSON lines and Qdrant, the `info` the ledger stored with its settings (a
+  Qdrant storage is never opened: a run holds its lock, and the ledger knows what it wrote);
+* the ledger, in the sink's state directory (`Sink.state_dir`: inside a Parquet dataset,
+  beside a JSON lines file or an embedded Qdrant storage, per user for a Qdrant server):
+  inputs done and failed, rows, the time of the last change.
+
+Each task's own settings are shown (embed: dims, pooling, prompt; classify: classes, top-k;
+transcribe: language, VAD, beam), not one task's fields for all.
 
 The ledger is opened read-only (`mode=ro`) and the run lock is never taken: inspecting an
 output that a cron run is writing neither blocks the run nor is blocked by it. A path that is
@@ -24,13 +29,22 @@ from typing import Any
 from gpucli.errors import UsageError
 
 PART = re.compile(r"^part-\d+\.parquet$")
-EXTRA_KEYS = ("root", "normalize", "prompt_name", "query_prompt", "query_prompt_name", "max_tokens")  # shown when set
+# The metadata keys (gpucli. dropped) that `gpucli inspect` prints per task, when set; a task not
+# listed gets every key that is not common to all.
+TASK_KEYS = {
+    "embed": ("dims", "pooling", "normalize", "prompt", "prompt_name", "query_prompt", "query_prompt_name",
+              "max_tokens", "runtime", "quantize"),
+    "classify": ("backend", "num_classes", "top_k", "input_size", "image_processor", "runtime"),
+    "transcribe": ("backend", "language", "vad", "beam_size"),
+}
+COMMON_KEYS = ("model", "task", "version", "model_path", "model_source", "model_package", "model_repo",
+               "model_revision", "extractors", "root")
 
 
 @dataclass
 class Report:
     out: str
-    format: str  # "parquet" | "jsonl"
+    format: str  # "parquet" | "jsonl" | "qdrant"
     task: str = ""
     model: str = ""
     dims: int | None = None
@@ -73,21 +87,37 @@ def inspect_output(where: str) -> Report:
 
 
 def locate(where: str) -> Layout:
-    """The output's layout, or a UsageError naming what a gpucli output looks like."""
-    if "://" in where or where.startswith("qdrant:"):
-        raise UsageError(f"{where}: gpucli inspect reads Parquet and JSON lines outputs (DIR.parquet, FILE.jsonl); "
-                         "for Qdrant, ask the server about the collection")
+    """The output's layout, from the sink that writes it (so its ledger is where runs keep it),
+    or a UsageError naming what a gpucli output looks like."""
+    from gpucli.sinks import open_sink
+    from gpucli.sinks.qdrant import is_qdrant
+
+    qdrant = is_qdrant(where)
     path = Path(where)
-    if not path.exists():
+    if not qdrant and not path.exists():
         raise UsageError(f"{where}: no such file or directory")
-    if path.is_dir():
-        layout = Layout(path, "parquet", path / "_gpucli" / "ledger.sqlite", path.with_suffix(".failures.jsonl"))
-    else:
-        layout = Layout(path, "jsonl", Path(f"{path}.gpucli") / "ledger.sqlite", path.with_suffix(".failures.jsonl"))
+    try:
+        sink = open_sink(where)  # builds paths only: no connection, no file touched
+    except UsageError:
+        sink = None  # a directory or file not named as gpucli names outputs: where 0.1 kept the ledger
+    fmt = "qdrant" if qdrant else "parquet" if path.is_dir() else "jsonl"
+    layout = _layout(path, fmt, sink)
     if not layout.ledger.is_file():
         raise UsageError(f"{where}: not a gpucli output (no ledger at {layout.ledger}); give the --out of a "
-                         "gpucli run: DIR.parquet or FILE.jsonl")
+                         "gpucli run: DIR.parquet, FILE.jsonl or qdrant:PATH/COLLECTION")
     return layout
+
+
+def _layout(path: Path, fmt: str, sink: Any) -> Layout:
+    """The sink's state directory, or an earlier one of its that still holds the ledger (an
+    output not yet moved by a newer gpucli); without a sink, where gpucli 0.1 kept them."""
+    if sink is None:
+        state = path / "_gpucli" if fmt == "parquet" else Path(f"{path}.gpucli")
+        return Layout(path, fmt, state / "ledger.sqlite", path.with_suffix(".failures.jsonl"))
+    earlier = getattr(sink, "earlier_state_dirs", lambda: [])()
+    ledger = next((d / "ledger.sqlite" for d in [sink.state_dir, *earlier] if (d / "ledger.sqlite").is_file()),
+                  sink.state_dir / "ledger.sqlite")
+    return Layout(Path(sink.display) if fmt == "qdrant" else path, fmt, ledger, Path(sink.failures_path))
 
 
 class open_ledger:
@@ -178,7 +208,7 @@ def _count_ledger(report: Report, ledger: sqlite3.Connection, layout: Layout) ->
     if layout.format == "parquet":
         parts = _parts(layout.out)
         report.parts, report.rows = len(parts), sum(_part_rows(p) for p in parts)
-    else:
+    else:  # JSON lines and Qdrant: the rows the ledger knows are written
         report.rows = int(done_rows)
     times = [t for t in (updated, _mtime(layout.failures), _recorded_run(ledger)) if t]
     report.last_run = _iso(max(times)) if times else None
@@ -242,9 +272,7 @@ def lines(report: Report) -> list[tuple[str, str]]:
         ("output", f"{report.out} ({report.format})"),
         ("task", report.task or "?"),
         ("model", report.model or "?"),
-        ("dims", str(report.dims) if report.dims is not None else "-"),
-        ("pooling", report.pooling or "-"),
-        ("prompt", repr(report.prompt) if report.prompt else "none"),
+        *task_lines(report),
         ("rows", "?" if report.rows is None else str(report.rows)
          + (f" in {report.parts} part(s)" if report.parts is not None else "")),
         ("inputs done", str(report.inputs_done)),
@@ -253,4 +281,17 @@ def lines(report: Report) -> list[tuple[str, str]]:
         ("last run", report.last_run or "never"),
         ("gpucli", report.gpucli_version or "?"),
     ]
-    return rows + [(key.replace("_", " "), report.metadata[key]) for key in EXTRA_KEYS if report.metadata.get(key)]
+    return rows + ([("root", report.metadata["root"])] if report.metadata.get("root") else [])
+
+
+def task_lines(report: Report) -> list[tuple[str, str]]:
+    """The task's own settings, as its metadata records them (a prompt quoted: its spaces count)."""
+    keys = TASK_KEYS.get(report.task) or tuple(k for k in sorted(report.metadata) if k not in COMMON_KEYS)
+    shown = []
+    for key in keys:
+        value = report.metadata.get(key)
+        if value:
+            shown.append((key.replace("_", " "), repr(value) if key.endswith("prompt") else value))
+    if report.task == "embed" and not report.metadata.get("prompt"):
+        shown.append(("prompt", "none"))
+    return shown

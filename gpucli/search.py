@@ -21,6 +21,7 @@ from typing import Any
 
 from gpucli.errors import InputError, UsageError
 from gpucli.sinks.qdrant import Connection, is_qdrant, parse_target, vector_params
+from gpucli.terminal import cut, fit, width_of
 
 BATCH_ROWS = 16_384
 SNIPPET_CHARS = 100
@@ -71,9 +72,11 @@ def search(where: str, query: str, k: int = 10) -> SearchResult:
     return SearchResult(index.display, index.model, hits, index.rows_scanned, t1 - t0, t2 - t1)
 
 
-def open_index(where: str) -> ParquetIndex | QdrantIndex:
+def open_index(where: str) -> ParquetIndex | JsonlIndex | QdrantIndex:
     if is_qdrant(where):
         return QdrantIndex(where)
+    if where.lower().endswith(".jsonl") and Path(where).is_file():
+        return JsonlIndex(where)
     return ParquetIndex(where)
 
 
@@ -120,12 +123,14 @@ class ParquetIndex:
         path = Path(where)
         if not path.exists():
             raise UsageError(f"--in {where}: no such file or directory (give an embed output: DIR.parquet, "
-                             "qdrant://HOST:PORT/COLLECTION or qdrant:PATH/COLLECTION)")
+                             "FILE.jsonl, qdrant://HOST:PORT/COLLECTION or qdrant:PATH/COLLECTION)")
+        _check_parquet(where, path)
         try:
             self.dataset = ds.dataset(str(path), format="parquet")
             schema = self.dataset.schema
         except Exception as exc:  # noqa: BLE001 - any unreadable input is the same usage error
-            raise UsageError(f"--in {where}: not a Parquet output ({type(exc).__name__}: {exc})") from None
+            raise UsageError(f"--in {where}: not a Parquet output (a part cannot be read: "
+                             f"{_first_line(exc)})") from None
         meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
         self.model = meta.get("gpucli.model", "")
         self.query_prompt = meta.get("gpucli.query_prompt")  # None: an output made before prompts were recorded
@@ -147,11 +152,128 @@ class ParquetIndex:
         pass
 
 
+def _check_parquet(where: str, path: Path) -> None:
+    """Say what `path` is when it is no Parquet output, in words (not pyarrow's "Parquet magic
+    bytes not found"): a dataset directory with no complete part yet, an empty one, or a file
+    that is not Parquet."""
+    if path.is_file():
+        with open(path, "rb") as f:
+            if f.read(4) != b"PAR1":
+                raise UsageError(f"--in {where}: not a Parquet output (the file is not Parquet; a JSON lines output "
+                                 "is searched when its name ends in .jsonl)")
+        return
+    names = [p.name for p in path.iterdir()]
+    if any(n.endswith(".parquet") and not n.startswith((".", "_")) for n in names):
+        return
+    if any(n.endswith(".inprogress") or n == "_gpucli" for n in names) or Path(f"{where.rstrip('/')}.gpucli").is_dir():
+        raise UsageError(f"--in {where}: no complete part yet (a run is writing this output, or stopped before its "
+                         "first part); search it once a part is written: `gpucli inspect` shows how far it is")
+    raise UsageError(f"--in {where}: not a gpucli embed output (an empty directory); make one with "
+                     "`gpucli embed DIR --out OUT.parquet`")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+# --- JSON lines: streamed brute force, the model from the ledger ---------------------------------
+class JsonlIndex:
+    """A JSON lines embed output, read BATCH_ROWS lines at a time. JSON lines has no file
+    metadata: the model, dims and query prompt are those the ledger beside it recorded."""
+
+    def __init__(self, where: str) -> None:
+        self.display = where
+        self.rows_scanned = 0
+        info = _ledger_info(where)
+        self.model = info.get("gpucli.model", "")
+        self.query_prompt = info.get("gpucli.query_prompt")
+        if not self.model:
+            raise UsageError(f"--in {where}: not a gpucli embed output (no ledger beside it names its model); make "
+                             "one with `gpucli embed DIR --out OUT.jsonl`")
+        self.dims = int(info["gpucli.dims"]) if info.get("gpucli.dims", "").isdigit() else self._first_dims()
+
+    def _first_dims(self) -> int:
+        with open(self.display, "rb") as f:
+            row = _json_row(f.readline()) or {}
+        return len(row.get("embedding") or [])
+
+    def nearest(self, vector: Any, k: int) -> list[Hit]:
+        best = TopK(k)
+        for rows, matrix in self._batches():
+            self.rows_scanned += len(rows)
+            best.offer(cosine_matrix(matrix, vector), _record_batch(rows))
+        return best.hits()
+
+    def _batches(self) -> Any:
+        """(rows without their vectors, float32 matrix) per BATCH_ROWS lines; a torn last line
+        (a run killed mid-write, before the ledger took the line) is left out."""
+        import numpy as np
+
+        rows, vectors = [], []
+        with open(self.display, "rb") as f:
+            for line in f:
+                row = _json_row(line)
+                if row is None or not isinstance(row.get("embedding"), list):
+                    continue
+                vectors.append(row.pop("embedding"))
+                rows.append(row)
+                if len(rows) >= BATCH_ROWS:
+                    yield rows, np.asarray(vectors, dtype=np.float32)
+                    rows, vectors = [], []
+        if rows:
+            yield rows, np.asarray(vectors, dtype=np.float32)
+
+    def close(self) -> None:
+        pass
+
+
+def _json_row(line: bytes) -> dict | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def _record_batch(rows: list[dict]) -> Any:
+    import pyarrow as pa
+
+    keys = ("path", "chunk", "page", "text", "char_start", "char_end")
+    return pa.RecordBatch.from_pylist([{key: row.get(key) for key in keys} for row in rows])
+
+
+def _ledger_info(where: str) -> dict[str, str]:
+    """The `info` a run stored with its settings in the output's ledger ({} without one)."""
+    from gpucli.errors import OutputError
+    from gpucli.ledger import ReadOnlyLedger
+    from gpucli.sinks import open_sink
+
+    try:
+        ledger = ReadOnlyLedger(open_sink(where).state_dir / "ledger.sqlite", check=False)
+    except OutputError as exc:
+        raise UsageError(f"--in {where}: its ledger {exc}") from None
+    try:
+        settings = json.loads(ledger.meta("settings") or "{}")
+    except ValueError:
+        settings = {}
+    finally:
+        ledger.close()
+    info = settings.get("info") if isinstance(settings, dict) else None
+    return {str(k): str(v) for k, v in info.items()} if isinstance(info, dict) else {}
+
+
 def cosine(column: Any, vector: Any, dims: int) -> Any:
     """Cosine of every row's vector with the (unit) query vector; zero vectors score 0."""
     import numpy as np
 
     matrix = np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dims)
+    return cosine_matrix(matrix, vector)
+
+
+def cosine_matrix(matrix: Any, vector: Any) -> Any:
+    import numpy as np
+
     norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))  # no n x d temporary, unlike linalg.norm
     return (matrix @ vector) / np.maximum(norms, 1e-12)
 
@@ -243,29 +365,28 @@ def render(result: SearchResult, as_json: bool, console: Any = None) -> None:
             page = "" if hit.page is None else hit.page
             print(f"{hit.score:.4f}\t{hit.path}\t{hit.chunk}\t{page}\t{snippet(hit.text)}")
     scanned = f"{result.rows_scanned} rows scanned, " if result.rows_scanned is not None else ""
-    print(f"gpucli search: {len(result.hits)} hits from {result.source} (model {result.model}; {scanned}"
-          f"query embedded in {result.embed_s:.2f}s, searched in {result.search_s:.3f}s)", file=sys.stderr)
+    print(fit(f"gpucli search: {len(result.hits)} hits from {result.source} (model {result.model}; {scanned}"
+              f"query embedded in {result.embed_s:.2f}s, searched in {result.search_s:.3f}s)", width_of(sys.stderr)),
+          file=sys.stderr)
 
 
 def _table(result: SearchResult, console: Any = None) -> None:
-    """Paths and chunk text are user data: Text cells, never markup (a chunk holding
-    `[/usr/local]` is not a closing tag, a file named `notes [draft].txt` keeps its brackets)."""
+    """Two lines a hit, fitted to the console's width: the rank, the score and where (path,
+    chunk, page; a long path folds), then the snippet cut on a word boundary. Paths and chunk
+    text are user data: Text, never markup (a chunk holding `[/usr/local]` is not a closing tag,
+    a file named `notes [draft].txt` keeps its brackets)."""
     from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
-    table = Table(show_lines=False)
-    paged = any(hit.page is not None for hit in result.hits)  # a page column only where some hit has one
-    columns = (("score", "right"), ("path", "left"), ("chunk", "right")) + ((("page", "right"),) if paged else ()) \
-        + (("snippet", "left"),)
-    for name, justify in columns:
-        table.add_column(name, justify=justify, overflow="fold" if name != "snippet" else "ellipsis")
-    for hit in result.hits:
-        page = (("" if hit.page is None else str(hit.page)),) if paged else ()
-        table.add_row(f"{hit.score:.4f}", Text(hit.path), str(hit.chunk), *page, Text(snippet(hit.text)))
-    (console or Console()).print(table)
+    console = console or Console()
+    width = max(console.width, 40)
+    console.print(Text(f"{'#':>3}  {'score':<6}  path (chunk, page) / snippet", style="bold"), soft_wrap=True)
+    for rank, hit in enumerate(result.hits, 1):
+        where = f"{hit.path}  (chunk {hit.chunk}" + (f", page {hit.page}" if hit.page is not None else "") + ")"
+        console.print(Text(fit(f"{rank:>3}. {hit.score:.4f}  {where}", width, " " * 13)), soft_wrap=True)
+        console.print(Text("     " + cut(hit.text, width - 5), style="dim"), soft_wrap=True)
 
 
 def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    """The text on one line, cut after a whole word (tab-separated output: a fixed length)."""
+    return cut(text, limit)
