@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucli import tables
+from gpucli.keys import with_path
 from gpucli.ledger import Status
 from gpucli.output import Output
 from gpucli.parts import Part, PartBuffer, rows_to_table
@@ -151,7 +151,7 @@ class Accounts:
         calls per batch were most of the parent's cost of a batch's rows."""
         inputs, rows = np.unique(part.source_ids, return_inverse=True)
         sources = [self.sources[sid] for sid in inputs.tolist()]
-        table = tables.with_path(part.table, [sources[i].path for i in rows.tolist()], self.schema)
+        table = with_path(part.table, [sources[i].path for i in rows.tolist()], self.schema)
         for name, column in zip(input_fields(), input_columns(sources, rows)):
             table = table.append_column(name, column)
         return dataclasses.replace(part, table=table)

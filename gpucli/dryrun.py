@@ -13,10 +13,10 @@ import sys
 from gpucli.config import RunConfig
 from gpucli.errors import OutputError, UsageError
 from gpucli.job import Job
+from gpucli.keys import split_key
 from gpucli.ledger import Action, ReadOnlyLedger, decide
 from gpucli.sinks import open_sink
 from gpucli.summary import RunSummary
-from gpucli.tables import split_key
 
 
 def dry_run(config: RunConfig) -> RunSummary:

@@ -36,7 +36,7 @@ class FailureLog:
             self._file = open(self.path, "w", encoding="utf-8")
 
     def add(self, failure: Failure) -> None:
-        from gpucli.tables import shown  # a table's record: `path` and `id`
+        from gpucli.keys import shown  # a table's record: `path` and `id`
 
         with self._named():
             self._file.write(json.dumps(shown(failure), ensure_ascii=False) + "\n")

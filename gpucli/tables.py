@@ -5,9 +5,8 @@ the walk yields it as a `Record` (a `Source` whose text travels with it, so the 
 no file), the task prepares and chunks it as it would a file's bytes, and the ledger keeps
 it as any input. What makes a record different is its key:
 
-* **Key.** A record's `Source.path` is `TABLE//ID`: the table's path (relative as for files)
-  and the record's id, joined by `//`, which no walked path ever holds (paths are normalised).
-  So records never collide with files, the ledger, the prune and the attempts table key
+* **Key.** A record's `Source.path` is `TABLE//ID` (gpucli/keys.py): the table's path
+  (relative as for files) and the record's id. So records never collide with files, the ledger, the prune and the attempts table key
   them without a change, and `--prune` sees a record as an entry "under" its table
   (`WalkReport.may_prune`): it removes only records of the table read in this run, and only
   after the whole table was read.
@@ -53,11 +52,9 @@ from typing import Any
 import numpy as np
 
 from gpucli.errors import UsageError
+from gpucli.keys import ID_COLUMN, REPEAT, record_key
 from gpucli.records import Failure, Source
 
-SEP = "//"  # between a table's path and a record's id in a key; never inside a walked path
-REPEAT = "\x00repeat"  # after a key: the ledger's entry for the rows that repeat an id (failure records)
-ID_COLUMN = "id"
 FORMATS = (".parquet", ".csv", ".jsonl", ".ndjson")
 BATCH_ROWS = 4096  # rows per Parquet batch read: what bounds the walk's memory
 
@@ -76,83 +73,6 @@ def take_text(source: Source) -> bytes | None:
         return None
     data, source.data = source.data, b""
     return data
-
-
-# --- keys -------------------------------------------------------------------------------------
-
-def record_key(table: str, record_id: str) -> str:
-    return f"{table}{SEP}{record_id}"
-
-
-def split_key(key: str) -> tuple[str, str | None]:
-    """(path, id) of a key (or of a repeated id's key); a file's path has no id."""
-    path, sep, record_id = key.partition(SEP)
-    return (path, record_id.partition(REPEAT)[0]) if sep else (key, None)
-
-
-def row_key(row: dict[str, Any]) -> str:
-    """The key of one output row (a dict with `path`, and `id` for a record)."""
-    record_id = row.get(ID_COLUMN)
-    return row["path"] if record_id is None else record_key(row["path"], record_id)
-
-
-def row_keys(table: Any) -> Any:
-    """The key of each row of an Arrow table: `path`, or `path//id` where `id` is set."""
-    import pyarrow.compute as pc
-
-    path = table.column("path")
-    if ID_COLUMN not in table.column_names:
-        return path
-    return pc.coalesce(pc.binary_join_element_wise(path, table.column(ID_COLUMN), SEP), path)
-
-
-def with_path(table: Any, keys: list[str], schema: Any) -> Any:
-    """A batch's rows with `path` first and, for records (`id` in the schema), `id` second."""
-    import pyarrow as pa
-
-    if ID_COLUMN not in schema.names:
-        return table.add_column(0, "path", pa.array(keys, pa.string()))
-    paths, ids = zip(*map(split_key, keys)) if keys else ((), ())
-    table = table.add_column(0, "path", pa.array(paths, pa.string()))
-    return table.add_column(1, ID_COLUMN, pa.array(ids, pa.string()))
-
-
-def shown(failure: Failure) -> dict[str, Any]:
-    """A failure record as the failures file shows it: a record's as `path` + `id`."""
-    data = failure.to_dict()
-    path, record_id = split_key(failure.path)
-    if record_id is not None:
-        data = {"path": path, ID_COLUMN: record_id, **{k: v for k, v in data.items() if k != "path"}}
-    return data
-
-
-def qdrant_filters(keys: list[str], group: int = 256) -> Iterator[Any]:
-    """Filters that select every point of these keys: files by path, records by path and id."""
-    from qdrant_client import models
-
-    files = sorted(k for k in keys if SEP not in k)
-    by_table: dict[str, list[str]] = {}
-    for path, record_id in (split_key(k) for k in keys if SEP in k):
-        by_table.setdefault(path, []).append(record_id)
-    for start in range(0, len(files), group):
-        yield models.Filter(must=[models.FieldCondition(key="path", match=models.MatchAny(any=files[start:start + group]))])
-    for path, ids in sorted(by_table.items()):
-        ids.sort()
-        for start in range(0, len(ids), group):
-            yield models.Filter(must=[_match("path", path), models.FieldCondition(
-                key=ID_COLUMN, match=models.MatchAny(any=ids[start:start + group]))])
-
-
-def qdrant_conditions(key: str) -> list[Any]:
-    """Conditions that select the points of one key."""
-    path, record_id = split_key(key)
-    return [_match("path", path)] + ([_match(ID_COLUMN, record_id)] if record_id is not None else [])
-
-
-def _match(field: str, value: str) -> Any:
-    from qdrant_client import models
-
-    return models.FieldCondition(key=field, match=models.MatchValue(value=value))
 
 
 # --- the run's set-up -------------------------------------------------------------------------

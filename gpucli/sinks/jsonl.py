@@ -23,9 +23,9 @@ import re
 from pathlib import Path
 
 from gpucli.errors import UsageError
+from gpucli.keys import row_key
 from gpucli.sinks.base import Rewrite, Sink
 from gpucli.sinks.parquet import fsync_dir
-from gpucli.tables import row_key
 
 RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 
@@ -173,7 +173,7 @@ def _copy_range(src, dst, start: int, end: int, drop: set[str]) -> None:
         data = src.read(min(end - src.tell(), 1 << 20)) if not drop else src.readline(end - src.tell())
         if not data:
             break  # a file cut short by hand: what is there is all there is
-        if not drop or row_key(json.loads(data)) not in drop:  # a table's record: `path//id` (gpucli/tables.py)
+        if not drop or row_key(json.loads(data)) not in drop:  # a table's record: `path//id` (gpucli/keys.py)
             dst.write(data)
 
 

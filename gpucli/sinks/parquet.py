@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 
 from gpucli.errors import UsageError
+from gpucli.keys import row_keys
 from gpucli.sinks.base import Sink
-from gpucli.tables import row_keys
 
 PART = re.compile(r"^part-(\d+)\.parquet$")
 
@@ -157,7 +157,7 @@ class ParquetSink(Sink):
             if not part.exists():
                 continue
             table = pq.read_table(part)
-            keys = row_keys(table)  # `path`, or a table's record's `path//id` (gpucli/tables.py)
+            keys = row_keys(table)  # `path`, or a table's record's `path//id` (gpucli/keys.py)
             keep = table.filter(pc.invert(pc.is_in(keys, value_set=_array(paths))))
             if keep.num_rows == table.num_rows:
                 continue

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpucli import tables
+from gpucli import keys, tables
 from gpucli.cli import app
 from gpucli.config import RunConfig
 from gpucli.errors import UsageError
@@ -379,10 +379,10 @@ def test_seen_ids_find_repeats_across_merged_runs():
 
 
 def test_keys_split_back_into_path_and_id():
-    assert tables.split_key(tables.record_key("sub/t.parquet", "a//b")) == ("sub/t.parquet", "a//b")
-    assert tables.split_key("sub/file.txt") == ("sub/file.txt", None)
+    assert keys.split_key(keys.record_key("sub/t.parquet", "a//b")) == ("sub/t.parquet", "a//b")
+    assert keys.split_key("sub/file.txt") == ("sub/file.txt", None)
     table = pa.table({"path": ["t.csv", "f.txt"], "id": ["1", None]})
-    assert tables.row_keys(table).to_pylist() == ["t.csv//1", "f.txt"]
+    assert keys.row_keys(table).to_pylist() == ["t.csv//1", "f.txt"]
     assert WalkReport(roots=["t.csv"], complete=True).may_prune("t.csv//1")
     assert not WalkReport(roots=["t.csv"], complete=True).may_prune("u.csv//1")
 

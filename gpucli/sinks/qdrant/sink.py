@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpucli.errors import GpucliError, UsageError
+from gpucli.keys import row_key, row_keys
 from gpucli.sinks.base import Sink
 from gpucli.sinks.qdrant import state_dir as places
 from gpucli.sinks.qdrant.connection import Connection
 from gpucli.sinks.qdrant.embedded import group_commits
+from gpucli.sinks.qdrant.filters import qdrant_conditions, qdrant_filters
 from gpucli.sinks.qdrant.target import is_qdrant, parse_target
-from gpucli.tables import qdrant_conditions, qdrant_filters, row_key, row_keys
 
 # Fixed forever: changing it would change every point id and duplicate every collection.
 NAMESPACE = uuid.UUID("6f1c3a0e-8d2b-5b7e-9a41-3c5d2e7f9b10")
