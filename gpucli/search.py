@@ -383,8 +383,16 @@ def _table(result: SearchResult, console: Any = None) -> None:
     console.print(Text(f"{'#':>3}  {'score':<6}  path (chunk, page) / snippet", style="bold"), soft_wrap=True)
     for rank, hit in enumerate(result.hits, 1):
         where = f"{hit.path}  (chunk {hit.chunk}" + (f", page {hit.page}" if hit.page is not None else "") + ")"
-        console.print(Text(fit(f"{rank:>3}. {hit.score:.4f}  {where}", width, " " * 13)), soft_wrap=True)
+        console.print(Text(_folded(f"{rank:>3}. {hit.score:.4f}  ", where, width)), soft_wrap=True)
         console.print(Text("     " + cut(hit.text, width - 5), style="dim"), soft_wrap=True)
+
+
+def _folded(prefix: str, text: str, width: int) -> str:
+    """`prefix` + `text`, the text folded under itself where it passes `width` (a path has no
+    word boundary to wrap on; moving it whole to the next line would not make it fit)."""
+    room = max(width - len(prefix), 10)
+    pieces = [text[i: i + room] for i in range(0, len(text), room)] or [""]
+    return "\n".join([prefix + pieces[0], *(" " * len(prefix) + piece for piece in pieces[1:])])
 
 
 def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:

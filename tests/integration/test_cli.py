@@ -42,10 +42,19 @@ def test_version(flag):
     assert result.exit_code == 0 and result.output.startswith("gpucli ")
 
 
+BOX = str.maketrans("", "", "│╭╮╰╯─")
+
+
 def flat_help(*args: str) -> str:
     result = runner.invoke(app, [*args, "--help"])
     assert result.exit_code == 0, result.output
-    return " ".join(result.output.split())  # however the terminal wraps it
+    return " ".join(result.output.translate(BOX).split())  # however the terminal wraps it, panels and all
+
+
+def help_at_80(*args: str) -> list[str]:
+    result = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"})
+    assert result.exit_code == 0, result.output
+    return result.output.splitlines()
 
 
 def test_help_keeps_literal_brackets():
@@ -60,19 +69,88 @@ def test_help_lists_every_exit_code():
         assert code in codes, codes
 
 
-def test_help_shows_click_placeholders_and_the_environment_variable_of_each_option():
+def test_help_shows_click_placeholders_and_says_how_options_map_to_the_environment():
     text = flat_help("embed")
-    for needle in ("--batch-size INTEGER", "--max-wait-ms FLOAT", "--model TEXT", "--config PATH",
-                   "--out PATH|URL", "--chunk-tokens INTEGER"):
+    for needle in ("--batch-size -b INTEGER", "--max-wait-ms FLOAT", "--model -m TEXT", "--config -c PATH",
+                   "--out -o PATH|URL", "--chunk-tokens INTEGER"):
         assert needle in text, needle
-    for name in ("OUT", "MODEL", "DEVICES", "BATCH_SIZE", "MAX_WAIT_MS", "QUIET", "INCREMENTAL", "CHUNK_TOKENS"):
-        assert f"[env: GPUCLI_{name}]" in text, name
-    assert "<int>" not in text and "<str>" not in text
+    assert "GPUCLI_<FLAG> in the environment (--batch-size: GPUCLI_BATCH_SIZE)" in text
+    assert "[env: GPUCLI_FROM_TABLE]" in text  # the one whose variable is not its flag's name
+
+
+@pytest.mark.parametrize("command", ["embed", "classify", "transcribe", "search", "inspect", "models", None])
+def test_help_has_no_typer_artefacts_and_fits_80_columns(command):
+    lines = help_at_80(*([command] if command else []))
+    text = "\n".join(lines)
+    for artefact in ("<list[str]>", "<bool>", "<str>", "<int>", "[PATH...]...", "PATH... <", "{QUERY}", "{OUT}"):
+        assert artefact not in text, artefact
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    assert "…" not in text  # no help text cut by Typer's columns
+
+
+def test_embed_help_is_in_panels_examples_first():
+    lines = help_at_80("embed")
+    titles = [line.strip("╭─╮ ").strip() for line in lines if line.startswith("╭─")]
+    assert titles == ["Input", "Model", "Embed options", "Output", "Performance", "Incremental runs and cron",
+                      "Engine (Ray)", "Advanced"], titles
+    text = "\n".join(lines)
+    assert text.index("Examples:") < text.index("╭─ Input")
+    assert "gpucli embed ./docs" in text and "--help" in text
+
+
+@pytest.mark.parametrize("task", ["embed", "classify", "transcribe"])
+def test_a_bare_task_command_prints_a_short_usage_with_two_examples(task):
+    result = runner.invoke(app, [task], env={"COLUMNS": "80"})
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0].endswith(f"{task} PATH... [OPTIONS]") and len(lines) < 20, result.stderr
+    examples = [line for line in lines if line.strip().startswith(f"gpucli {task} ")]
+    assert len(examples) == 2 and f"{task} --help` for every option" in result.stderr
+    assert max(len(line) for line in lines) <= 80
+
+
+@pytest.mark.parametrize("task,model,needles", [
+    ("classify", "minilm", ["minilm is an embed model", "classify models: efficientnet-lite0"]),
+    ("embed", "efficientnet-lite0", ["efficientnet-lite0 is a classify model", "embed models: minilm"]),
+    ("transcribe", "minilm", ["minilm is an embed model", "transcribe models: whisper-tiny.en"]),
+])
+def test_an_alias_of_another_task_names_that_task(task, model, needles, tmp_path):
+    result = runner.invoke(app, [task, str(tmp_path), "--model", model])
+    assert result.exit_code == 2, result.output
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+    assert "hf download" not in result.stderr
+
+
+def test_an_image_classifier_given_to_embed_names_its_architecture_and_classify(tmp_path):
+    model = tmp_path / "vit"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["ViTForImageClassification"],
+                                                   "model_type": "vit"}))
+    result = runner.invoke(app, ["embed", str(tmp_path), "--model", str(model)])
+    assert result.exit_code == 2, result.output
+    assert "an image classifier (ViTForImageClassification)" in result.stderr
+    assert f"gpucli classify ... --model {model}" in result.stderr and "tokenizer.json" not in result.stderr
+
+
+def test_a_text_encoder_given_to_classify_names_embed(tmp_path):
+    model = tmp_path / "bert"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["BertModel"], "model_type": "bert"}))
+    result = runner.invoke(app, ["classify", str(tmp_path), "--model", str(model)])
+    assert result.exit_code == 2 and "a text encoder (BertModel)" in result.stderr and "gpucli embed" in result.stderr
+
+
+def test_a_model_path_that_does_not_exist_is_not_sent_to_the_hub(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["embed", ".", "--model", "./no/such/dir"])
+    assert result.exit_code == 2 and "no such directory" in result.stderr
+    assert "hf download" not in result.stderr
 
 
 def test_shell_completion_is_offered():
     text = flat_help()
-    assert "--install-completion" in text and "--show-completion" in text and "-V, --version" in text
+    assert "--install-completion" in text and "--show-completion" in text and "--version -V" in text
 
 
 def test_shell_completion_completes_commands_and_options():
