@@ -100,7 +100,7 @@ class QuadraticBuffer:
         import numpy as np
         import pyarrow as pa
 
-        from gpucli.ledger import Status
+        from gpucli.decision import Status
         OPEN, COMPLETE = Status.OPEN, Status.COMPLETE
 
         table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
@@ -121,7 +121,7 @@ def buffer_seconds(buffer: Any, chunks: int, part_rows: int) -> float:
     import numpy as np
     import pyarrow as pa
 
-    from gpucli.ledger import Status
+    from gpucli.decision import Status
     OPEN, COMPLETE = Status.OPEN, Status.COMPLETE
 
     text = pa.array(["x" * CHUNK_CHARS] * BATCH)

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from gpucli.decision import Status
 from gpucli.keys import with_path
-from gpucli.ledger import Status
 from gpucli.output import Output
 from gpucli.parts import Part, PartBuffer, rows_to_table
 from gpucli.progress import Counts

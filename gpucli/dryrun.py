@@ -11,10 +11,11 @@ import json
 import sys
 
 from gpucli.config import RunConfig
+from gpucli.decision import Action, decide
 from gpucli.errors import OutputError, UsageError
 from gpucli.job import Job
 from gpucli.keys import split_key
-from gpucli.ledger import Action, ReadOnlyLedger, decide
+from gpucli.ledger_view import ReadOnlyLedger
 from gpucli.sinks import open_sink
 from gpucli.summary import RunSummary
 

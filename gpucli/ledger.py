@@ -34,23 +34,21 @@ location (part file) holding its current rows. The rules that keep the output ex
 * Errors of the file system or of the file (full, read-only, I/O) leave every method as one
   OutputError naming the ledger (`_Guarded`); a transaction that failed is rolled back whole.
 
-The decision per input (`decide`: run, unchanged, or run because it failed or changed before)
-is one function used by the reader, the Ray driver and `--dry-run`; `ReadOnlyLedger` is what
-`--dry-run` and `gpucli inspect` read through (no lock, nothing created).
+The decision per input from what the ledger knows is gpucli/decision.py; what `--dry-run` and
+`gpucli inspect` read through is gpucli/ledger_view.py (no lock, nothing created).
 """
 
 from __future__ import annotations
 
-import enum
 import itertools
 import json
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from gpucli.errors import DAMAGED_HINT, LedgerDamaged, OutputError, os_error, sqlite_error
+from gpucli.decision import Known, Status
+from gpucli.errors import OutputError, os_error, sqlite_error
 from gpucli.fingerprint import stamp
 from gpucli.records import Source
 
@@ -64,36 +62,7 @@ create table if not exists attempts (path text primary key, size integer, mtime_
 """
 
 SEEN = "create temp table if not exists seen (path text primary key)"
-
-
-class Status(enum.IntEnum):
-    """An input's state. In a run's accounting (gpucli/accounts.py: a numpy int8 array indexed
-    by source id) it is OPEN until every item is back, then COMPLETE, and DONE once its rows are
-    durable, or FAILED; the ledger stores the two that outlive a run by name ('done', 'failed')."""
-
-    OPEN = 0
-    COMPLETE = 1
-    FAILED = 2
-    DONE = 3
-
-    @property
-    def stored(self) -> str:
-        return self.name.lower()
-
-    @classmethod
-    def of_stored(cls, text: str) -> Status:
-        return cls[text.upper()]
-
-
-DONE, FAILED = Status.DONE.stored, Status.FAILED.stored  # as the ledger's `files.status` holds them
-
-
-@dataclass(frozen=True)
-class Known:
-    size: int
-    mtime_ns: int
-    digest: str
-    status: Status
+DONE, FAILED = Status.DONE.stored, Status.FAILED.stored  # as `files.status` holds them
 
 
 def made_with(directory: Path) -> dict | None:
@@ -151,9 +120,9 @@ def _ledger_error(exc: BaseException, path: Path) -> OutputError | None:
     return sqlite_error(exc, str(path)) if isinstance(exc, sqlite3.Error) else None
 
 
-class Ledger:
-    """Thread-safe: reader threads look up, the writer thread marks done, the loop marks failed.
-    Errors of the file system or of the file are OutputError (LedgerDamaged: see `_Guarded`)."""
+class _LedgerFile:
+    """The ledger's file: the connection, its guard, and the output-wide entries of `meta` (the
+    settings, the reset mark). Thread-safe; errors as `_Guarded` says."""
 
     def __init__(self, directory: Path, gpucli_version: str = "", check: bool = False) -> None:
         """`gpucli_version` (of this process) is stored with the settings: see `_only_new_options`.
@@ -223,6 +192,10 @@ class Ledger:
 
     def reset_done(self) -> None:
         self.set_meta("resetting", None)
+
+class Ledger(_LedgerFile):
+    """Thread-safe: reader threads look up, the writer thread marks done, the loop marks failed.
+    Errors of the file system or of the file are OutputError (LedgerDamaged: see `_Guarded`)."""
 
     # --- lookups --------------------------------------------------------------------------
     def lookup(self, paths: list[str]) -> dict[str, Known]:
@@ -411,106 +384,3 @@ class Ledger:
 
 
 
-# --- the decision per input -------------------------------------------------------------------
-
-class Action(enum.Enum):
-    RUN = "run"  # read it (and, with a digest, skip it when the content is the same)
-    UNCHANGED = "unchanged"  # done earlier with the same size and mtime: not even read
-
-
-@dataclass(frozen=True)
-class Decision:
-    action: Action
-    reason: str
-    done_digest: str = ""  # the content digest of the rows kept: the same content, hashed again, is unchanged
-
-
-def decide(known: Known | None, source: Source) -> Decision:
-    """What a run does with an input the walk found, from what the ledger knows of its path:
-    the one rule of the reader, the Ray driver and `--dry-run`. A failed input runs again (it
-    may have been fixed); a done one is unchanged when its size and mtime are, else it is read
-    and hashed, and skipped still when the content is the same (a touch, a copy)."""
-    if known is None:
-        return Decision(Action.RUN, "new input")
-    if known.status is not Status.DONE:
-        return Decision(Action.RUN, "failed before: a run tries it again")
-    if (known.size, known.mtime_ns) == (source.size, source.mtime_ns):
-        return Decision(Action.UNCHANGED, "done earlier, same size and mtime", known.digest)
-    return Decision(Action.RUN, "changed since it was done (a run hashes it first: same content is skipped)",
-                    known.digest)
-
-
-class ReadOnlyLedger:
-    """An output's ledger read without the lock (a run may be writing it) and without creating
-    anything; empty when there is none. For `--dry-run` and `gpucli inspect`.
-
-    A WAL ledger opened read-only still gets `-wal` and `-shm` files made beside it, so one
-    without a `-wal` (closed cleanly: no run is writing it, its rows are all in the main file)
-    is opened `immutable`, which makes and locks nothing: the output stays byte for byte as it
-    was. With a `-wal` (a run is writing, or one died) both files are there already, and a
-    plain read-only open sees what that run committed. `check`: read the file through first
-    (quick_check); a damaged file is LedgerDamaged, which names it and says what to do."""
-
-    def __init__(self, path: Path, check: bool = True) -> None:
-        self.path = path
-        self._db: sqlite3.Connection | None = None
-        if not path.is_file():
-            return
-        wal = path.with_name(path.name + "-wal").exists()
-        self._db = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if wal else 'immutable=1'}", uri=True)
-        try:
-            verdict = self._db.execute("pragma quick_check(1)").fetchone()[0] if check else "ok"
-        except sqlite3.Error as exc:
-            self.close()
-            raise (sqlite_error(exc, str(path)) or OutputError(str(path), f"cannot read it: {exc}")) from None
-        if verdict != "ok":
-            self.close()
-            raise LedgerDamaged(str(path), verdict, DAMAGED_HINT)
-
-    @property
-    def exists(self) -> bool:
-        return self._db is not None
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
-    def lookup(self, paths: list[str]) -> dict[str, Known]:
-        if self._db is None:
-            return {}
-        found = {}
-        for path in paths:
-            row = self._db.execute("select size, mtime_ns, digest, status from files where path=?", (path,)).fetchone()
-            if row is not None:
-                found[path] = Known(row[0], row[1], row[2], Status.of_stored(row[3]))
-        return found
-
-    def done_paths(self) -> set[str]:
-        if self._db is None:
-            return set()
-        return {row[0] for row in self._db.execute("select path from files where status=?", (DONE,))}
-
-    def meta(self, key: str) -> str | None:
-        if self._db is None:
-            return None
-        row = self._db.execute("select value from meta where key=?", (key,)).fetchone()
-        return row[0] if row else None
-
-    def counts(self) -> dict[Status, int]:
-        """Inputs per status ({} without a ledger)."""
-        if self._db is None:
-            return {}
-        return {Status.of_stored(status): count
-                for status, count in self._db.execute("select status, count(*) from files group by status")}
-
-    def done_rows(self) -> int:
-        if self._db is None:
-            return 0
-        return self._db.execute("select coalesce(sum(rows), 0) from files where status=?", (DONE,)).fetchone()[0]
-
-    def last_update(self) -> float | None:
-        """When an input's record last changed (a Unix time), None for an empty ledger."""
-        if self._db is None:
-            return None
-        return self._db.execute("select max(updated) from files").fetchone()[0]

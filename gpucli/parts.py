@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpucli.ledger import Status
+from gpucli.decision import Status
 
 OPEN, COMPLETE = Status.OPEN, Status.COMPLETE
 

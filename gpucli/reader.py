@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpucli.decision import Action, decide
 from gpucli.errors import InputError
 from gpucli.fingerprint import digest
-from gpucli.ledger import Action, decide
 from gpucli.records import Failure, Items, Source
 from gpucli.tables import Record, take_text
 

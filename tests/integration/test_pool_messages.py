@@ -56,9 +56,9 @@ def test_a_batch_that_cannot_be_sent_fails_its_inputs_at_once():
 
 def _accounts_for(task):
     from gpucli.accounts import Accounts
+    from gpucli.progress import Counts
     from gpucli.settings import output_schema
     from gpucli.summary import RunSummary
-    from gpucli.progress import Counts
 
     output = types.SimpleNamespace(failed=lambda failure: False)
     return Accounts(task, output, RunSummary(task="t", model="m"), Counts(), output_schema(task))
@@ -82,9 +82,9 @@ def _embed_batches(task, counts: list[int]):
 
 
 def test_results_of_one_wake_up_become_rows_together_and_each_row_keeps_its_input():
+    from gpucli.decision import Status
     from gpucli.tasks import TaskSpec
     from gpucli.tasks.embed import EmbedTask
-    from gpucli.ledger import Status
     COMPLETE = Status.COMPLETE
 
     task = EmbedTask(TaskSpec("embed", "minilm"))

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpucli.ledger import Status
+from gpucli.decision import Status
 from gpucli.parts import PartBuffer
 
 OPEN, COMPLETE, FAILED = Status.OPEN, Status.COMPLETE, Status.FAILED

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from gpucli.batching import BatchCaps, Windows, cut_points
-from gpucli.ledger import Known, Status
+from gpucli.decision import Known, Status
 from gpucli.reader import read_chunk
 from gpucli.records import Batch, Failed, FailureKind, Result, SetupFailed, Source
 from gpucli.recovery import Fail, OomHistory, after_error, after_oom

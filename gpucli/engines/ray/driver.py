@@ -26,9 +26,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpucli.config import RunConfig
+from gpucli.decision import Action, decide
 from gpucli.errors import OutputError, RunFailedError, WorkerSetupError
 from gpucli.job import Job
-from gpucli.ledger import Action, decide
 from gpucli.progress import Counts, Progress
 from gpucli.reader import ReadChunk
 from gpucli.records import Failure, Source
