@@ -246,7 +246,7 @@ def _record_batch(rows: list[dict]) -> Any:
 def _ledger_info(where: str) -> dict[str, str]:
     """The `info` a run stored with its settings in the output's ledger ({} without one)."""
     from gpucli.errors import OutputError
-    from gpucli.ledger import ReadOnlyLedger
+    from gpucli.ledger_view import ReadOnlyLedger
     from gpucli.sinks import open_sink
 
     try:

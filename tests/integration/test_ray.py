@@ -400,8 +400,8 @@ def test_a_stop_right_after_a_walk_failure_is_written_still_counts_it(tree, tmp_
     import os
     import signal
 
-    from gpucli.job import Job
     from gpucli.engines.ray import RayJob
+    from gpucli.job import Job
     from gpucli.output import Output
     from gpucli.records import Failure
     from gpucli.walk import Found
