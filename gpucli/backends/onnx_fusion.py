@@ -1,4 +1,4 @@
-"""The fused graph of an exported text encoder (gpucli.backends.onnx, module doc: Graph).
+"""The fused graph of an exported text encoder (gpucli.backends.onnx_export, module doc: Graph).
 
 ONNX Runtime's transformer optimizer (`onnxruntime.transformers.optimizer`, shipped in the
 onnxruntime wheel) rewrites a BERT-like graph into its CPU/GPU contrib kernels: one `Attention`

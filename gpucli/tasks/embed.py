@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from gpucli.backends import export_notices, host_devices, pin_choice, quantize_info, resolve_backend
-from gpucli.backends.onnx import FUSED_MODEL_TYPES, text_encoder_cached
+from gpucli.backends import export_notices, quantize_info
+from gpucli.backends.choice import Host, choose_backend
+from gpucli.backends.onnx_export import FUSED_MODEL_TYPES, text_encoder_cached
 from gpucli.errors import InputError, UsageError
 from gpucli.extract import Document, extractor_versions, format_for
 from gpucli.extract import suffixes as document_suffixes
@@ -234,10 +235,10 @@ class EmbedTask(Task):
                              f"{self.window} text tokens{taken}")
         # issue 16: `auto` = onnx on a host without a GPU (benchmarks/RESULTS.md, ONNX: equal vectors, faster),
         # for the model types whose exported graph gpucli checks against torch; an existing output keeps its own
-        self.runtime = resolve_backend(self.options.backend, host_devices() if self.options.backend == "auto" else [],
-                                       self.options.quantize, onnx_on_cpu=config.get("model_type") in FUSED_MODEL_TYPES,
-                                       kept=getattr(self.spec, "runtime", ""))
-        pin_choice(self.spec.options, self.runtime)
+        self.spec = choose_backend(self.spec, self.options.backend, self.options.quantize,  # workers run the choice
+                                   onnx_on_cpu=config.get("model_type") in FUSED_MODEL_TYPES,
+                                   host=Host.looked_up(self.options.backend))
+        self.runtime = self.spec.runtime
         if not self._in_worker:
             self.notices = export_notices(self.runtime, lambda: text_encoder_cached(self.path, self.options.quantize))
         self.pad_id = int(config.get("pad_token_id") or 0)

