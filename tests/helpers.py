@@ -9,8 +9,10 @@ import re
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
@@ -213,3 +215,70 @@ def save_tiny_vit(path: Path) -> Path:
     (path / "preprocessor_config.json").write_text(json.dumps(processor))
     return path
 
+
+# --- the accounts without processes (tests/unit) --------------------------------------------------
+@dataclass
+class FakeSink:
+    """Keeps what it is given; says where it put it."""
+
+    tables: list = field(default_factory=list)
+    calls: list = field(default_factory=list)
+
+    def write(self, table) -> str:
+        self.tables.append(table)
+        self.calls.append("sink.write")
+        return f"part-{len(self.tables):05d}"
+
+
+@dataclass
+class FakeOutput:
+    """What the accounts ask of the output side: the sink, the ledger's marks, the failures log."""
+
+    sink: FakeSink = field(default_factory=FakeSink)
+    failures: list = field(default_factory=list)
+    committed: list = field(default_factory=list)
+    unchanged_sources: list = field(default_factory=list)
+    known_failures: set = field(default_factory=set)
+
+    def failed(self, failure: Any) -> bool:
+        self.failures.append(failure)
+        return failure.path in self.known_failures
+
+    def unchanged(self, sources: list[Any]) -> None:
+        self.unchanged_sources.extend(sources)
+
+    def commit(self, sources: list[Any], rows: list[int], location: str | None) -> None:
+        self.sink.calls.append("ledger.commit")
+        self.committed.append(([s.path for s in sources], rows, location))
+
+
+def make_accounts() -> tuple[Any, FakeOutput]:
+    """Accounts over the fake task and a fake output (gpucli/accounts.py)."""
+    from gpucli.accounts import Accounts
+    from gpucli.progress import Counts
+    from gpucli.settings import output_schema
+    from gpucli.summary import RunSummary
+    from gpucli.tasks import TaskSpec
+    from tests.fake_task import FakeTask
+
+    task = FakeTask(TaskSpec("fake", "fake-model"))
+    output = FakeOutput()
+    return Accounts(task, output, RunSummary(task="fake", model="m"), Counts(), output_schema(task)), output
+
+
+def sources(n: int) -> list[Any]:
+    from gpucli.records import Source
+
+    return [Source(i, f"f{i}.txt", f"/in/f{i}.txt", size=10 + i, mtime_ns=1, digest=f"d{i}") for i in range(n)]
+
+
+def block(pairs: list[tuple[int, int]]) -> Any:
+    """Items for (source id, item index) pairs, each a line "s<id> i<index>"."""
+    from gpucli.records import Item, Items
+
+    return Items.from_items([Item(sid, index, f"s{sid} i{index}", 2, {"chunk": index, "text": f"s{sid} i{index}"})
+                             for sid, index in pairs])
+
+
+def outputs(items: Any) -> list[dict]:
+    return [{"words": 2, "embedding": [float(sid), 0.0, 0.0, 0.0]} for sid in items.source_ids.tolist()]

@@ -1,0 +1,84 @@
+"""The writer (gpucli/writer.py) against a fake sink, on an event loop without processes: parts
+of complete inputs are written in the writer's thread, in order, once a part's worth waits or
+on close, and counted only when durable."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+
+from gpucli.writer import Writer, part_due
+from tests.helpers import block, make_accounts, outputs, sources
+
+
+def test_a_part_is_due_at_part_rows_or_after_flush_s():
+    assert part_due(backlog=100, part_rows=100, waited_s=0.0, flush_s=30.0)
+    assert not part_due(backlog=99, part_rows=100, waited_s=29.9, flush_s=30.0)
+    assert part_due(backlog=1, part_rows=100, waited_s=30.0, flush_s=30.0)
+
+
+def test_the_writer_writes_in_its_own_thread_when_a_part_is_due_and_the_rest_on_close():
+    accounts, output = make_accounts()
+    threads = []
+    write = output.sink.write
+
+    def recording(table):
+        threads.append(threading.current_thread().name)
+        return write(table)
+
+    output.sink.write = recording
+    found = sources(5)
+    items = block([(i, 0) for i in range(5)])
+    accounts.expect(found, items)
+
+    async def scenario():
+        writer = Writer(accounts, part_rows=3, flush_s=3600.0)
+        writer.start()
+        first = items.take(np.arange(3))
+        accounts.outputs(first, outputs(first))
+        writer.added()
+        while accounts.summary.succeeded < 3:  # a part's worth waits: written without a close
+            await asyncio.sleep(0.01)
+        rest = items.take(np.arange(3, 5))
+        accounts.outputs(rest, outputs(rest))
+        writer.added()  # 2 < part_rows: not due
+        await asyncio.sleep(0.05)
+        assert accounts.summary.succeeded == 3
+        await writer.close()
+        return writer
+
+    writer = asyncio.run(scenario())
+    assert accounts.summary.succeeded == 5 and accounts.summary.rows == 5
+    assert [t.num_rows for t in output.sink.tables] == [3, 2], "in order, one part at a time"
+    assert [paths for paths, _, _ in output.committed] == [[f"f{i}.txt" for i in range(3)], ["f3.txt", "f4.txt"]]
+    assert all(name.startswith("gpucli-writer") for name in threads)
+    assert writer.seconds > 0 and not writer.busy
+
+
+def test_a_sink_that_fails_ends_the_writer_with_its_error_and_nothing_counted():
+    accounts, output = make_accounts()
+
+    def broken(table):
+        raise OSError(28, "No space left on device")
+
+    output.sink.write = broken
+    found = sources(1)
+    items = block([(0, 0)])
+    accounts.expect(found, items)
+
+    async def scenario():
+        writer = Writer(accounts, part_rows=1, flush_s=3600.0)
+        writer.start()
+        accounts.outputs(items, outputs(items))
+        writer.added()
+        try:
+            await writer.close()
+        except OSError as exc:
+            return exc
+        return None
+
+    error = asyncio.run(scenario())
+    assert isinstance(error, OSError) and error.errno == 28
+    assert accounts.summary.succeeded == 0 and output.committed == [], "no ledger mark without a durable part"
