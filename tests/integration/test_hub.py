@@ -155,9 +155,43 @@ def test_a_cached_id_loads_when_the_hub_is_unreachable(hf_home, monkeypatch):
     assert resolve_model_dir("org/tiny") == ResolvedModel(str(snapshot), "org/tiny", COMMIT, "hub-cache")
 
 
-def test_a_path_that_is_neither_directory_nor_id_is_exit_2(hf_home):
-    with pytest.raises(UsageError, match="no such directory, and not a Hugging Face id"):
-        resolve_model_dir("./no/such/dir")
+@pytest.mark.parametrize("model", ["./no/such/dir", "../up/model", "/abs/model", "a/b/c", "~/models/x"])
+def test_a_path_that_is_neither_directory_nor_id_is_exit_2_and_never_sent_to_the_hub(hf_home, model):
+    with pytest.raises(UsageError, match="no such directory, and not a Hugging Face id") as caught:
+        resolve_model_dir(model)
+    assert "hf download" not in str(caught.value)
+
+
+def test_a_file_given_as_a_model_directory_says_it_is_a_file(tmp_path):
+    (tmp_path / "model.bin").write_bytes(b"x")
+    with pytest.raises(UsageError, match="it is a file, not a model directory"):
+        resolve_model_dir(str(tmp_path / "model.bin"))
+
+
+@pytest.mark.parametrize("config,files,kind", [
+    ({"architectures": ["ViTForImageClassification"], "model_type": "vit"}, (), "IMAGE_CLASSIFIER"),
+    ({"architectures": ["BertModel"], "model_type": "bert"}, (), "TEXT_ENCODER"),
+    ({"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper"}, (), "SPEECH_RECOGNIZER"),
+    ({"model_type": "clip"}, (), "IMAGE_TEXT"),
+    ({}, ("modules.json",), "TEXT_ENCODER"),
+    ({"num_mel_bins": 80}, ("model.bin",), "SPEECH_RECOGNIZER"),
+    ({"model_type": "something-new"}, (), "UNKNOWN"),
+])
+def test_model_kind_reads_a_directory_without_loading_it(tmp_path, config, files, kind):
+    from gpucli.model_kind import ModelKind, model_kind
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for name in files:
+        (tmp_path / name).write_text("{}")
+    assert model_kind(str(tmp_path))[0] is ModelKind[kind]
+
+
+def test_embed_refuses_an_image_classifier_naming_its_architecture(tmp_path):
+    from gpucli.tasks.embed import resolve_embed_model
+
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["ViTForImageClassification"]}))
+    with pytest.raises(UsageError, match=r"an image classifier \(ViTForImageClassification\).*gpucli classify"):
+        resolve_embed_model(str(tmp_path))
 
 
 def closed_port() -> int:

@@ -25,7 +25,8 @@ META = {"gpucli.model": "bge-small", "gpucli.dims": "4", "gpucli.pooling": "cls"
 SETTINGS = {"task": "embed", "model": "bge-small", "info": META}
 
 
-def make_ledger(state_dir: Path, done: dict[str, int], failed: tuple[str, ...] = (), wal: bool = True) -> Path:
+def make_ledger(state_dir: Path, done: dict[str, int], failed: tuple[str, ...] = (), wal: bool = True,
+                settings: dict | None = None) -> Path:
     """A ledger as gpucli writes it: `files` and `meta` tables, WAL journal."""
     state_dir.mkdir(parents=True)
     path = state_dir / "ledger.sqlite"
@@ -35,7 +36,7 @@ def make_ledger(state_dir: Path, done: dict[str, int], failed: tuple[str, ...] =
     db.execute("create table meta (key text primary key, value text)")
     db.execute("create table files (path text primary key, size integer, mtime_ns integer, digest text, "
                "status text, error text, location text, rows integer, updated real)")
-    db.execute("insert into meta values ('settings', ?)", (json.dumps(SETTINGS),))
+    db.execute("insert into meta values ('settings', ?)", (json.dumps(settings or SETTINGS),))
     for i, (name, rows) in enumerate(done.items()):
         db.execute("insert into files values (?, 1, 1, 'd', 'done', '', 'part-00000.parquet', ?, ?)",
                    (name, rows, 1_700_000_000 + i))
@@ -146,9 +147,10 @@ def test_inspect_of_a_parquet_output_whose_inputs_all_failed_uses_the_ledger_met
     (lambda p: str(p / "missing.parquet"), "no such file"),
     (lambda p: str(p), "not a gpucli output"),
     (lambda p: (p / "plain.jsonl").write_text("{}\n") and str(p / "plain.jsonl"), "not a gpucli output"),
-    (lambda p: "qdrant://localhost:6333/docs", "Parquet and JSON lines"),
+    (lambda p: "qdrant://localhost:6333/docs", "not a gpucli output (no ledger at"),
 ])
-def test_inspect_of_something_else_exits_2_with_one_line(tmp_path, make, needle):
+def test_inspect_of_something_else_exits_2_with_one_line(tmp_path, make, needle, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # no Qdrant server ledger of this user
     result = runner.invoke(app, ["inspect", make(tmp_path)])
     assert result.exit_code == 2
     assert needle in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
@@ -173,3 +175,32 @@ def test_inspect_describes_a_real_run_with_a_failure(tree, tmp_path):
         report = json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)
         assert report["task"] == "fake" and report["rows"] == summary.rows == 3
         assert (report["inputs_done"], report["inputs_failed"], report["failures"]) == (2, 1, 1)
+
+
+def test_inspect_reads_an_embedded_qdrant_output_from_its_ledger(tmp_path):
+    from gpucli.sinks import open_sink
+
+    target = f"qdrant:{tmp_path / 'qdrant_data'}/docs"
+    make_ledger(open_sink(target).state_dir, {"a.txt": 2, "b.txt": 3})
+    result = runner.invoke(app, ["inspect", target, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["format"], report["model"], report["dims"], report["rows"], report["inputs_done"]) == (
+        "qdrant", "bge-small", 4, 5, 2)
+    assert "ask the server" not in result.output
+
+
+def test_inspect_shows_each_tasks_own_fields(tmp_path):
+    meta = {"gpucli.model": "efficientnet-lite0", "gpucli.task": "classify", "gpucli.num_classes": "1000",
+            "gpucli.top_k": "5", "gpucli.backend": "torch", "gpucli.version": "0.1.0"}
+    out = tmp_path / "labels.parquet"
+    out.mkdir()
+    table = pa.table({"path": ["a.jpg"], "label": ["tabby"]})
+    pq.write_table(table.replace_schema_metadata(meta), out / "part-00000.parquet")
+    make_ledger(out / "_gpucli", {"a.jpg": 1}, settings={"task": "classify", "model": "efficientnet-lite0",
+                                                         "info": meta})
+    result = runner.invoke(app, ["inspect", str(out)])
+    assert result.exit_code == 0, result.output
+    names = [line.split(":")[0].strip() for line in result.stdout.splitlines()]
+    assert "top k" in names and "num classes" in names and "backend" in names
+    assert "dims" not in names and "pooling" not in names and "prompt" not in names

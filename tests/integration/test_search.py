@@ -90,12 +90,47 @@ def test_query_is_embedded_with_the_query_prompt_the_output_recorded(tmp_path, f
     (lambda d: pq.write_table(pa.table({"a": [1]}), d), "not a gpucli embed output"),
     (lambda d: d.write_text('{"path": "a"}\n'), "not a Parquet output"),
     (lambda d: d.mkdir(), "not a gpucli embed output"),
+    (lambda d: (d / "_gpucli").mkdir(parents=True), "no complete part yet"),
+    (lambda d: d.mkdir() or (d / ".part-00000.parquet.inprogress").write_bytes(b"PAR1"), "no complete part yet"),
 ])
 def test_not_an_output_is_a_usage_error(tmp_path, make, needle):
     target = tmp_path / "thing.parquet"
     make(target)
-    with pytest.raises(UsageError, match=needle):
+    with pytest.raises(UsageError, match=needle) as caught:
         search(str(target), "query", 3)
+    assert "magic bytes" not in str(caught.value)  # said in words, not pyarrow's
+
+
+def write_jsonl_output(out: Path, vectors: np.ndarray, model: str = "test-model") -> None:
+    """A JSON lines embed output and the ledger beside it that names its model (as gpucli writes them)."""
+    import sqlite3
+
+    out.write_text("".join(json.dumps({"path": f"f{i}.txt", "chunk": 0, "text": f"text {i}",
+                                       "embedding": [float(x) for x in v]}) + "\n" for i, v in enumerate(vectors))
+                   + '{"path": "torn', encoding="utf-8")  # a last line a killed run left half written
+    state = Path(f"{out}.gpucli")
+    state.mkdir()
+    db = sqlite3.connect(state / "ledger.sqlite")
+    db.execute("create table meta (key text primary key, value text)")
+    info = {"gpucli.model": model, "gpucli.dims": str(vectors.shape[1])}
+    db.execute("insert into meta values ('settings', ?)", (json.dumps({"task": "embed", "info": info}),))
+    db.commit()
+    db.close()
+
+
+def test_a_jsonl_output_is_searched_with_the_model_its_ledger_names(tmp_path, fixed_query):
+    write_jsonl_output(tmp_path / "rows.jsonl", np.eye(4))
+    fixed_query["vector"] = [0, 0, 1, 0]
+    result = search(str(tmp_path / "rows.jsonl"), "q", 2)
+    assert fixed_query["model"] == "test-model" and result.rows_scanned == 4
+    assert [h.path for h in result.hits][0] == "f2.txt" and result.hits[0].text == "text 2"
+
+
+def test_a_jsonl_file_without_a_ledger_says_what_is_missing(tmp_path):
+    (tmp_path / "x.jsonl").write_text('{"path": "a"}\n')
+    with pytest.raises(UsageError, match="not a gpucli embed output .no ledger beside it") as caught:
+        search(str(tmp_path / "x.jsonl"), "q", 2)
+    assert "magic bytes" not in str(caught.value)
 
 
 @pytest.mark.parametrize("args,needle", [(["q"], "Missing option"), (["q", "--in", "nowhere.parquet"], "no such"),

@@ -59,3 +59,22 @@ def test_a_toml_value_of_another_type_than_its_option_is_exit_2(tmp_path, line, 
     with pytest.raises(UsageError, match=message) as raised:
         build_config("embed", EmbedOptions, {"paths": ("x",)}, toml, {})
     assert raised.value.exit_code == 2
+
+
+def test_a_config_key_typo_says_did_you_mean(tmp_path):
+    from gpucli.config import build_config
+
+    config = tmp_path / "run.toml"
+    config.write_text("batchsize = 3\n")
+    with pytest.raises(UsageError, match="did you mean batch_size") as caught:
+        build_config("embed", EmbedOptions, {"paths": (".",)}, config, environ={})
+    assert "known:" not in str(caught.value)  # one guess, not forty-five names
+
+
+def test_a_gpucli_variable_typo_says_did_you_mean_and_others_are_left_alone():
+    from gpucli.config import build_config
+
+    with pytest.raises(UsageError, match="GPUCLI_BATCHSIZE is not an option; did you mean GPUCLI_BATCH_SIZE"):
+        build_config("embed", EmbedOptions, {"paths": (".",)}, None, environ={"GPUCLI_BATCHSIZE": "3"})
+    quiet = {"GPUCLI_DEBUG": "1", "GPUCLI_QDRANT_RETRIES": "2", "GPUCLI_SOMETHING_ELSE": "x"}
+    assert build_config("embed", EmbedOptions, {"paths": (".",)}, None, environ=quiet).batch_size == 0
