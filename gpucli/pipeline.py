@@ -1,14 +1,15 @@
 """run(config) -> RunSummary: the local engine's wiring and lifecycle over the core.
 
-One input, from the walk to the ledger:
+One input, from the walk to the ledger (one callback: the pool's events, `_on_pool_event`):
 
-    walk.walk_blocks -> reader.read_chunk (reader thread or process: read, hash, task.prepare_many)
-      -> Accounts.read (ends failed and unchanged inputs; expects the block's items)
-      -> BlockQueue -> Batcher.next (a sorted window cut into batches)
-      -> WorkerPool.send -> worker: task.predict -> WorkerPool (result, or recovery's decision)
-      -> Accounts.outputs (the batch's rows into the part buffer; an input is complete when all
-         its items are back) -> Writer thread: sink.write(part) -> Accounts.commit (ledger)
-      -> Accounts.durable (counted done)
+    walk.walk_blocks -> reader.read_chunk (reader thread or process: read, ledger's decision,
+         hash, task.prepare_many) -> Accounts.read (ends failed and unchanged inputs; expects
+         the block's items) -> BlockQueue -> Batcher.next (a sorted window cut into batches)
+      -> WorkerPool.send -> worker: task.predict -> Result / Failed messages -> WorkerPool
+         (recovery's decision) -> _on_pool_event(BatchesDone) -> Accounts.outputs_many (rows
+         into the part buffer; an input is complete when all its items are back)
+      -> Writer: Accounts.take_part, then in the writer's thread Accounts.write (sink.write,
+         then the ledger marks the part's inputs done) -> Accounts.durable (counted done)
 
 The event loop only routes: file I/O and tokenizing run in reader threads or processes, models in the
 workers, sink calls in the writer thread. Every input ends as rows or one failure record.
@@ -61,7 +62,6 @@ class Pipeline:
         self.queue: BlockQueue | None = None
         self.pruning: asyncio.Future | None = None  # --prune's thread, once the walk is complete
         self._batch_id = 0
-        self._oom_events = 0
 
     @property
     def summary(self) -> RunSummary:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpucli.errors import InputError, UsageError
+from gpucli.errors import GpucliError, InputError, RunFailedError, UsageError
 from gpucli.sinks.qdrant import Connection, is_qdrant, parse_target, vector_params
 from gpucli.terminal import cut, fit, width_of
 
@@ -52,7 +52,16 @@ class SearchResult:
 
 
 def search(where: str, query: str, k: int = 10) -> SearchResult:
-    """Open the output, embed the query with its model, and return the k nearest chunks."""
+    """Open the output, embed the query with its model, and return the k nearest chunks. A
+    server that stays unreachable is the search's failure (exit 1, `search --help`), not a
+    run's (the sinks' RunFailedError, exit 3)."""
+    try:
+        return _search(where, query, k)
+    except RunFailedError as exc:
+        raise GpucliError(str(exc)) from None
+
+
+def _search(where: str, query: str, k: int) -> SearchResult:
     if k < 1:
         raise UsageError("-k must be at least 1")
     if not query.strip():

@@ -215,16 +215,16 @@ def test_a_stop_right_after_the_ledger_marks_a_part_done_still_counts_that_part(
     from gpucli.engines.ray import run
     from gpucli.progress import Progress
 
-    commit, sig = Accounts.commit, getattr(signal, signum)
+    commit, sig = Accounts.write, getattr(signal, signum)
 
-    def commit_then_stop(self, part, location):
-        committed = commit(self, part, location)
+    def commit_then_stop(self, part):
+        committed = commit(self, part)
         if not getattr(Accounts, "stopped", False):
             monkeypatch.setattr(Accounts, "stopped", True, raising=False)
             os.kill(os.getpid(), sig)
         return committed
 
-    monkeypatch.setattr(Accounts, "commit", commit_then_stop)
+    monkeypatch.setattr(Accounts, "write", commit_then_stop)
     root = tree({f"f{i:02d}.txt": f"alpha {i}\nbeta {i}\n" for i in range(30)})
     config = RunConfig(task=FAKE, paths=(str(root),), out=str(tmp_path / "out.parquet"), progress="off",
                        devices="cpu", engine="ray", batch_size=2, read_chunk_files=2, queue_items=2, part_rows=1,
@@ -234,7 +234,7 @@ def test_a_stop_right_after_the_ledger_marks_a_part_done_still_counts_that_part(
     written = {path for path, _ in rows_by_key(tmp_path / "out.parquet")}
     assert 0 < len(written) == stopped.succeeded < 30 and stopped.rows == 2 * stopped.succeeded
     assert stopped.inputs == 30 == stopped.succeeded + stopped.unfinished
-    monkeypatch.setattr(Accounts, "commit", commit)
+    monkeypatch.setattr(Accounts, "write", commit)
     again = run(config, Progress())
     assert (again.exit_code, again.unchanged, again.succeeded) == (0, stopped.succeeded, 30 - stopped.succeeded)
     assert len(rows_by_key(tmp_path / "out.parquet")) == 60

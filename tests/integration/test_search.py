@@ -221,7 +221,7 @@ def test_qdrant_server_unreachable_exits_1(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     result = runner.invoke(app, ["search", "q", "--in", f"qdrant://127.0.0.1:{port}/docs"])
-    assert result.exit_code == 1 and f"127.0.0.1:{port}" in result.stderr and "unreachable" in result.stderr
+    assert result.exit_code == 1 and f"127.0.0.1:{port}" in result.stderr and "unreachable" in result.stderr  # the search failed (search --help)
     with pytest.raises(GpucliError):
         search(f"qdrant://127.0.0.1:{port}/docs", "q")
 
