@@ -164,7 +164,7 @@ def classify_bench(args, report: dict) -> None:
     import torch
 
     from gpucli.backends.onnx import OnnxImageClassifier
-    from gpucli.tasks.classify import LITE0, _Lite0
+    from gpucli.tasks.classify import LITE0, _Lite0, lite0_graph
 
     lite0 = _Lite0(LITE0)
     images = sorted(p for p in (ROOT / "sample_data" / "images").iterdir() if p.suffix in (".jpg", ".png"))
@@ -173,8 +173,8 @@ def classify_bench(args, report: dict) -> None:
     batch = np.concatenate([pixels] * (BATCH // len(pixels) + 1))[:BATCH]
     net = lite0.load(torch.device("cpu"), torch.float32)
     cache = Path(tempfile.mkdtemp(prefix="gpucli-onnx-bench-"))
-    first = OnnxImageClassifier(LITE0, torch.get_num_threads(), cache_root=cache)
-    onnx = OnnxImageClassifier(LITE0, torch.get_num_threads(), cache_root=cache)
+    first = OnnxImageClassifier(lite0_graph(), torch.get_num_threads(), cache_root=cache)
+    onnx = OnnxImageClassifier(lite0_graph(), torch.get_num_threads(), cache_root=cache)
 
     def run_torch(x):
         with torch.inference_mode():

