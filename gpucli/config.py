@@ -16,11 +16,11 @@ from typing import Any, get_args, get_origin
 
 import tomllib
 
+from gpucli.engines import ENGINES  # the registry: one list of engines
 from gpucli.errors import UsageError
 
 PROGRESS_MODES = ("auto", "rich", "plain", "off")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-ENGINES = ("local", "ray")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ Pickle protocol 5 keeps numpy columns (token ids, vectors) as flat buffers.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import pickle
 import socket
@@ -46,7 +47,14 @@ from .connection import cores, retries
 from .planning import READ_CPUS, READER_ACTOR_CPUS, Plan, chunks_per_call
 from .readiness import mark_loaded
 
-CHUNK, BATCH, SETUP, CAPS = "chunk", "batch", "setup", "caps"
+
+class RowKind(enum.Enum):
+    """What a row of the stages' output carries to the driver (the Arrow column holds the value)."""
+
+    CHUNK = "chunk"  # a reader's ReadChunk, and the source ids it came back for
+    BATCH = "batch"  # a batch's items and outputs, or its failure
+    SETUP = "setup"  # an actor that could not load the task
+    CAPS = "caps"  # a predictor lowered its caps after out-of-memory: the line to show
 
 
 def stage_schema():
@@ -57,9 +65,9 @@ def stage_schema():
                       ("worker", pa.string())])
 
 
-def stage_row(kind: str, data: Any = None, output: Any = None, error: str | None = None, seconds: float = 0.0,
+def stage_row(kind: RowKind, data: Any = None, output: Any = None, error: str | None = None, seconds: float = 0.0,
               sids: list[int] | None = None) -> dict[str, Any]:
-    return {"kind": kind, "sids": sids or [], "data": None if data is None else pickle.dumps(data, protocol=5),
+    return {"kind": kind.value, "sids": sids or [], "data": None if data is None else pickle.dumps(data, protocol=5),
             "output": None if output is None else pickle.dumps(output, protocol=5), "error": error,
             "seconds": seconds, "worker": f"{socket.gethostname()}:{os.getpid()}"}
 
@@ -134,12 +142,12 @@ class Reader:
 
     def __call__(self, table):
         if self.setup_error:
-            return stage_table([stage_row(SETUP, error=self.setup_error)])
+            return stage_table([stage_row(RowKind.SETUP, error=self.setup_error)])
         sources, known = from_source_rows(table.to_pylist())
         t0 = time.perf_counter()
         chunk = read_chunk(sources, self.task, self.max_bytes, known)
         chunk.found = 0  # the driver counted these inputs when it listed them
-        return stage_table([stage_row(CHUNK, chunk, seconds=time.perf_counter() - t0, sids=[s.id for s in sources])])
+        return stage_table([stage_row(RowKind.CHUNK, chunk, seconds=time.perf_counter() - t0, sids=[s.id for s in sources])])
 
 
 class Predictor:
@@ -161,11 +169,11 @@ class Predictor:
 
     def __call__(self, table):
         if self.setup_error:
-            return stage_table([stage_row(SETUP, error=self.setup_error)])
+            return stage_table([stage_row(RowKind.SETUP, error=self.setup_error)])
         rows = table.to_pylist()
-        out = [r for r in rows if r["kind"] != CHUNK]  # a reader's setup error goes on to the driver
+        out = [r for r in rows if r["kind"] != RowKind.CHUNK.value]  # a reader's setup error goes on to the driver
         windows = Windows(self.oom.caps, 0)
-        for r in (r for r in rows if r["kind"] == CHUNK):
+        for r in (r for r in rows if r["kind"] == RowKind.CHUNK.value):
             chunk = pickle.loads(r["data"])
             if chunk.block is not None and len(chunk.block):
                 windows.add(chunk.block)
@@ -182,7 +190,7 @@ class Predictor:
             message = predict_one(self.task, batch.id, batch.items.payload)
         match message:
             case Result(outputs=outputs, seconds=seconds):
-                out.append(stage_row(BATCH, batch.items.without_payload(), outputs, seconds=seconds))
+                out.append(stage_row(RowKind.BATCH, batch.items.without_payload(), outputs, seconds=seconds))
             case Failed(kind=kind, message=text):
                 if kind is FailureKind.OOM:
                     self._after_oom(len(batch), out)
@@ -193,7 +201,7 @@ class Predictor:
         failure of the batch's only item."""
         for action in after_error(batch, kind, text, new_id=lambda: batch.id):
             if isinstance(action, Fail):
-                out.append(stage_row(BATCH, action.batch.items.without_payload(), error=action.reason))
+                out.append(stage_row(RowKind.BATCH, action.batch.items.without_payload(), error=action.reason))
             else:
                 for piece in self._within_caps(action.batch.items):
                     self._predict(Batch(0, piece, action.batch.attempts), out)
@@ -208,7 +216,7 @@ class Predictor:
     def _after_oom(self, batch_size: int, out: list[dict[str, Any]]) -> None:
         self.oom, said = after_oom(self.oom, batch_size)
         if said:
-            out.append(stage_row(CAPS, error=said + " for the rest of the run in this actor"))
+            out.append(stage_row(RowKind.CAPS, error=said + " for the rest of the run in this actor"))
 
 
 def read_alone(table, spec: TaskSpec, max_bytes: int):

@@ -37,7 +37,7 @@ from gpucli.summary import RunSummary
 from gpucli.walk import Found
 from gpucli.writer import part_due
 
-from .actors import BATCH, CAPS, CHUNK, SETUP, dataset, source_row
+from .actors import RowKind, dataset, source_row
 from .connection import connect, data_context, first_line, joined, nothing
 from .planning import Plan, make_plan, placeable
 from .readiness import forget, loaded, new_run_id
@@ -62,7 +62,7 @@ class RayJob:
         self.job = Job(config, progress)
         self.sent: dict[int, Source] = {}  # inputs handed to Ray whose chunk has not come back
         self.stops = DriverStops()  # Ctrl-C / SIGTERM; `stops.signum` stopped the run (0 = running)
-        self.seconds: dict[str, dict[str, float]] = {CHUNK: {}, BATCH: {}}  # read / model time per actor
+        self.seconds: dict[RowKind, dict[str, float]] = {RowKind.CHUNK: {}, RowKind.BATCH: {}}  # read / model time per actor
         self.write_s = 0.0
         self._last_flush = time.monotonic()
         self.watch: NodeWatch | None = None
@@ -194,10 +194,10 @@ class RayJob:
 
     def _take(self, row: dict[str, Any]) -> None:
         """One row from the predictors: a setup error, a reader's chunk, or a batch's outcome."""
-        kind, accounts = row["kind"], self.job.accounts
-        if kind == SETUP:
+        kind, accounts = RowKind(row["kind"]), self.job.accounts
+        if kind is RowKind.SETUP:
             raise WorkerSetupError(f"a Ray actor could not load the task: {row['error']}")
-        if kind == CAPS:
+        if kind is RowKind.CAPS:
             self.job.progress.log(f"ray: {row['error']} ({row['worker']})")
             return
         if self.watch is not None:
@@ -205,7 +205,7 @@ class RayJob:
         times = self.seconds[kind]
         times[row["worker"]] = times.get(row["worker"], 0.0) + row["seconds"]
         data = pickle.loads(row["data"])
-        if kind == CHUNK:
+        if kind is RowKind.CHUNK:
             for sid in row["sids"]:
                 self.sent.pop(sid, None)
             accounts.read(data)
@@ -231,8 +231,8 @@ class RayJob:
     def _finish(self, error: OutputError | None = None) -> RunSummary:
         """The core's summary; stage times are the busiest actor's. Inputs still with Ray after
         an interrupt never reached the Accounts: they count as unfinished here."""
-        self.job.clocks["read"].seconds = max(self.seconds[CHUNK].values(), default=0.0)
-        summary = self.job.finish(self.stops.signum, max(self.seconds[BATCH].values(), default=0.0), 0.0, self.write_s,
+        self.job.clocks["read"].seconds = max(self.seconds[RowKind.CHUNK].values(), default=0.0)
+        summary = self.job.finish(self.stops.signum, max(self.seconds[RowKind.BATCH].values(), default=0.0), 0.0, self.write_s,
                                   error)
         summary.unfinished += len(self.sent)
         summary.inputs += len(self.sent)
