@@ -165,7 +165,11 @@ class _HuggingFace:
 def _resolve(model: str, revision: str, cache_first: bool) -> ResolvedModel:
     """A local directory, or a Hugging Face id through the cache (downloaded where the Hub is
     reachable). Only transformers reads the files after this, and only from that directory."""
-    return resolve_model_dir(model, revision, kind="transformers", cache_first=cache_first)
+    from gpucli.model_kind import require_kind
+
+    resolved = resolve_model_dir(model, revision, kind="transformers", cache_first=cache_first)
+    require_kind("classify", model, resolved.path)  # a Hub id of a text or speech model says so too
+    return resolved
 
 
 def _not_found(model: str, why: str) -> UsageError:

@@ -112,7 +112,10 @@ def _whisper_model(model: str, name: str, revision: str, cache_first: bool) -> R
         return package_model(name, TINY_EN_DIST, revision, "whisper-tiny.en")
     if not Path(name).is_dir():
         name = _whisper_repo(name)
+    from gpucli.model_kind import require_kind
+
     resolved = resolve_model_dir(name, revision, kind="ctranslate2", cache_first=cache_first)
+    require_kind("transcribe", model, resolved.path)  # a text or image model names its task
     if not (Path(resolved.path) / "model.bin").is_file():
         raise UsageError(f"--model {model}: {resolved.path} holds no model.bin, so it is not a CTranslate2 Whisper "
                          "model; use a faster-whisper conversion (e.g. Systran/faster-whisper-small) or a size "

@@ -648,3 +648,21 @@ def test_cli_downloads_a_classifier_and_records_its_commit_in_the_output(tmp_pat
     assert meta[b"gpucli.model_revision"] == COMMIT.encode() and meta[b"gpucli.model_source"] == b"hub-download"
     assert {m for m, p in fake_hub.requests if "/resolve/" in p} == {"HEAD", "GET"}
     assert sum("/revision/" in p for _, p in fake_hub.requests) == 1  # the parent asked; its worker did not
+
+
+def test_a_hub_id_of_another_kind_is_refused_by_the_task_naming_the_right_one(tmp_path, hf_home, monkeypatch):
+    """The CLI checks local directories before any work; a Hub id is known only once resolved:
+    classify and transcribe check it then (embed's check is in resolve_embed_model)."""
+    from tests.helpers import save_tiny_vit
+
+    cache_model(hf_home, "tiny-org/tiny-vit", save_tiny_vit(tmp_path / "vit"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    task = create_task(TaskSpec("transcribe", "tiny-org/tiny-vit", {}))
+    with pytest.raises(UsageError, match=r"image classifier.*gpucli classify \.\.\. --model tiny-org/tiny-vit"):
+        task.open()
+    text = tmp_path / "bert"
+    text.mkdir()
+    (text / "config.json").write_text('{"architectures": ["BertModel"], "model_type": "bert"}')
+    cache_model(hf_home, "tiny-org/tiny-bert", text)
+    with pytest.raises(UsageError, match=r"gpucli embed \.\.\. --model tiny-org/tiny-bert"):
+        create_task(TaskSpec("classify", "tiny-org/tiny-bert", {})).open()
