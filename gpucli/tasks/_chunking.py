@@ -27,7 +27,14 @@ A document that fits one window is one chunk, as before: its vector does not cha
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpucli.records import Items, Ragged
+
+if TYPE_CHECKING:
+    from gpucli.extract import Document
 
 SENTENCE_ENDS = frozenset(".!?")
 CJK_SENTENCE_ENDS = frozenset("。！？")
@@ -123,3 +130,66 @@ def _cjk(char: str) -> bool:
     code = ord(char)
     return (0x2E80 <= code <= 0x9FFF or 0xAC00 <= code <= 0xD7AF or 0xF900 <= code <= 0xFAFF
             or 0x20000 <= code <= 0x3FFFF)
+
+
+class WindowBlock:
+    """Token windows of many documents, cut by `text_windows`, collected into one block of items:
+    every window's ids as one flat array (`Ragged`; overlapping windows share a document's ids)
+    and the row columns (page, char_start, char_end, text) as arrays."""
+
+    def __init__(self, window: int, overlap: int) -> None:
+        self.window, self.overlap = window, overlap
+        self.ids: list[Any] = []
+        self.size = 0
+        self.sources: list[int] = []
+        self.index: list[int] = []
+        self.starts: list[int] = []
+        self.lengths: list[int] = []
+        self.page: list[int] = []  # 0: the format has no pages (a null in the row)
+        self.char_start: list[int] = []
+        self.char_end: list[int] = []
+        self.text: list[str] = []
+
+    def add(self, source_id: int, doc: Document, ids: Any, offsets: Any) -> None:
+        text = doc.text
+        if len(ids) <= self.window:  # one window: most files of a tree of short texts
+            first, last = int(offsets[0][0]), int(offsets[-1][1])
+            self.sources.append(source_id)
+            self.index.append(0)
+            self.starts.append(self.size)
+            self.lengths.append(len(ids))
+            self.page.append((doc.page_at(first) or 0) if doc.pages else 0)
+            self.char_start.append(first)
+            self.char_end.append(last)
+            self.text.append(text[first:last])
+            self.ids.append(ids)
+            self.size += len(ids)
+            return
+        # at paragraph, sentence or word boundaries (tasks/_chunking.py)
+        for number, (start, end) in enumerate(text_windows(text, offsets, self.window, self.overlap)):
+            first, last = int(offsets[start][0]), int(offsets[end - 1][1])
+            self.sources.append(source_id)
+            self.index.append(number)
+            self.starts.append(self.size + start)
+            self.lengths.append(end - start)
+            self.page.append((doc.page_at(first) or 0) if doc.pages else 0)
+            self.char_start.append(first)
+            self.char_end.append(last)
+            self.text.append(text[first:last])
+        self.ids.append(ids)
+        self.size += len(ids)
+
+    def block(self, extra_cost: int) -> Items | None:
+        if not self.sources:
+            return None
+        import itertools
+
+        values = np.fromiter(itertools.chain.from_iterable(self.ids), dtype=np.int32, count=self.size)
+        lengths = np.asarray(self.lengths, dtype=np.int64)
+        text = np.empty(len(self.text), dtype=object)
+        text[:] = self.text
+        return Items(np.asarray(self.sources, dtype=np.int64), np.asarray(self.index, dtype=np.int64),
+                     lengths + extra_cost, Ragged(values, np.asarray(self.starts, dtype=np.int64), lengths),
+                     {"page": np.asarray(self.page, dtype=np.int32),
+                      "char_start": np.asarray(self.char_start, dtype=np.int64),
+                      "char_end": np.asarray(self.char_end, dtype=np.int64), "text": text})

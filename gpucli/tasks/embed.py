@@ -20,13 +20,13 @@ from gpucli.backends import export_notices, quantize_info
 from gpucli.backends.choice import Host, choose_backend
 from gpucli.backends.onnx_export import FUSED_MODEL_TYPES, text_encoder_cached
 from gpucli.errors import InputError, UsageError
-from gpucli.extract import Document, extractor_versions, format_for
+from gpucli.extract import extractor_versions, format_for
 from gpucli.extract import suffixes as document_suffixes
 from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import UNKNOWN_TOKENS, Failure, Item, Items, Ragged, Source
-from gpucli.tasks._chunking import text_windows
+from gpucli.tasks._chunking import WindowBlock
 from gpucli.tasks._documents import Documents
-from gpucli.tasks._spans import ascii_ends, ends_from_text
+from gpucli.tasks._spans import ends_from_text
 from gpucli.tasks._st_modules import (
     apply_lower_case,
     pool,
@@ -34,9 +34,9 @@ from gpucli.tasks._st_modules import (
     prompt_ids,
     read_model_config,
     resolve_prompts,
-    split_prompt,
 )
 from gpucli.tasks._st_modules import info as st_info
+from gpucli.tasks._tokens import TextTokens
 from gpucli.tasks._unknown import Unknown
 from gpucli.tasks.base import ModelEntry, Task, per_core
 
@@ -260,6 +260,7 @@ class EmbedTask(Task):
         self.prompt_ids = prompt_ids(self.tokenizer, prompt)
         self.prompt_length = pooled_prompt_length(self.tokenizer, prompt, self.prefix)  # include_prompt=false
         self.window = self.max_tokens - len(self.prefix) - len(self.suffix) - len(self.prompt_ids)
+        self.tokens = TextTokens(self.tokenizer, self.window, self._ends_from_text, prompt, self.prompt_ids)
     # --- end model fidelity ---
 
     def info(self) -> dict[str, str]:
@@ -284,8 +285,8 @@ class EmbedTask(Task):
         document's ids), the row columns as arrays. No per-token Python for a text the model reads;
         a loop per document and per window only."""
         docs, failures = self.documents.read(sources, datas)
-        cut = _Windows(self.window, self.options.chunk_overlap)
-        for (source, doc), (ids, offsets) in zip(docs, self._tokenize([doc.text for _, doc in docs])):
+        cut = WindowBlock(self.window, self.options.chunk_overlap)
+        for (source, doc), (ids, offsets) in zip(docs, self.tokens.tokenize([doc.text for _, doc in docs])):
             if len(ids) == 0:
                 failures.append(Failure(source.path, "preprocess", "the tokenizer found no tokens in this text"))
                 continue
@@ -311,66 +312,6 @@ class EmbedTask(Task):
                      int(block.cost[i]), {"chunk": int(block.index[i]),
                                           **{name: column[i] for name, column in block.meta.items()}})
                 for i in range(len(block))]
-
-    def _tokenize(self, texts: list[str]) -> list[tuple[Any, Any]]:
-        """(text ids, offsets into the text) per text, the prompt's tokens cut off. Texts over
-        SLICE_CHARS are tokenized in slices cut at whitespace, so that the parent's memory per
-        file stays bounded (a whole 100 MB text in one `encode` peaked at ~170 MiB per MiB)."""
-        small = [i for i, t in enumerate(texts) if len(t) <= SLICE_CHARS]
-        if not self.prompt and len(small) == len(texts):  # the common case, without a step per text
-            return self._tokenize_plain(texts)
-        out: list[tuple[Any, Any]] = [([], [])] * len(texts)
-        encodings = self.tokenizer.encode_batch([self.prompt + texts[i] for i in small], add_special_tokens=False)
-        for i, enc in zip(small, encodings):
-            out[i] = self._without_prompt(enc.ids, enc.offsets)
-        for i in (i for i, t in enumerate(texts) if len(t) > SLICE_CHARS):
-            out[i] = self._tokenize_large(texts[i])
-        return out
-
-    def _tokenize_plain(self, texts: list[str]) -> list[tuple[Any, Any]]:
-        """Texts without a prompt. An ASCII text that surely fits one window (no more characters
-        than the window has tokens) is tokenized without offsets when its ends follow from the
-        text (tasks/_spans.py): ~15% of the tokenizer's time."""
-        encode = self.tokenizer.encode_batch
-        fast = [i for i, t in enumerate(texts) if len(t) <= self.window and t.isascii()] if self._ends_from_text else []
-        if not fast:
-            return [(enc.ids, _ends(enc) if len(enc) <= self.window else enc.offsets)
-                    for enc in encode(texts, add_special_tokens=False)]
-        out: list[tuple[Any, Any]] = [None] * len(texts)  # type: ignore[list-item]
-        quick = self.tokenizer.encode_batch_fast([texts[i] for i in fast], add_special_tokens=False)
-        for i, enc in zip(fast, quick):
-            out[i] = (enc.ids, ascii_ends(texts[i]) if len(enc) else ())
-        if len(fast) < len(texts):
-            rest = [i for i, done in enumerate(out) if done is None]
-            for i, enc in zip(rest, encode([texts[i] for i in rest], add_special_tokens=False)):
-                out[i] = (enc.ids, _ends(enc) if len(enc) <= self.window else enc.offsets)
-        return out
-
-    def _without_prompt(self, ids: list[int], offsets: list[tuple[int, int]]) -> tuple[Any, Any]:
-        if not self.prompt:
-            return ids, offsets
-        _, ids, offsets = split_prompt(ids, offsets, len(self.prompt), self.prompt_ids)
-        return ids, offsets
-
-    def _tokenize_large(self, text: str) -> tuple[Any, Any]:
-        """A long text in slices, SLICES_PER_CALL at a time through `encode_batch`: memory stays
-        bounded, and the tokenizer runs without the GIL on the cores (`encode` holds the GIL: a
-        tree of long PDFs kept the reader threads, and so the extraction children, waiting on it)."""
-        import numpy as np
-
-        ids, offsets = [], []
-        spans = _slices(text, SLICE_CHARS)
-        for first in range(0, len(spans), SLICES_PER_CALL):
-            group = spans[first:first + SLICES_PER_CALL]
-            pieces = [(self.prompt if first + k == 0 else "") + text[a:b] for k, (a, b) in enumerate(group)]
-            for k, ((start, _), enc) in enumerate(zip(group, self.tokenizer.encode_batch(pieces,
-                                                                                           add_special_tokens=False))):
-                part_ids, part_offsets = enc.ids, enc.offsets
-                if first + k == 0 and self.prompt:
-                    part_ids, part_offsets = self._without_prompt(part_ids, part_offsets)
-                ids.append(np.asarray(part_ids, dtype=np.int32))
-                offsets.append(np.asarray(part_offsets, dtype=np.int64).reshape(-1, 2) + start)
-        return np.concatenate(ids), np.concatenate(offsets)
 
     # --- worker ---------------------------------------------------------------------------
     def setup(self, device: str) -> None:
@@ -438,95 +379,9 @@ class EmbedTask(Task):
         return table, []
 
 
-def _ends(enc: Any) -> Any:
-    """The offsets of a text's first and last tokens: all that one window needs of them (the
-    whole list costs ~5 us a text to build, a third of what the rest of reading costs). A
-    tokenizer that maps either token to no characters gets its whole list, as before."""
-    if not len(enc):
-        return ()
-    first, last = enc.token_to_chars(0), enc.token_to_chars(len(enc) - 1)
-    return (first, last) if first is not None and last is not None else enc.offsets
-
-
 DOCUMENT_WEIGHT = 32  # files a document counts as in a read chunk (EmbedTask.read_weight)
 CPU_READS_IN_THREADS = 8  # cores up to which a CPU-only run of a real model reads in the parent's threads
 REAL_MODEL_WEIGHTS = 1_000_000  # transformer weights (embeddings aside) from which a model gets a worker per core
-SLICE_CHARS = 1 << 18  # texts longer than this are tokenized in slices (bounded memory per file)
-SLICES_PER_CALL = 8  # slices per encode_batch call: 2 MiB of text at a time
-
-
-class _Windows:
-    """Token windows of many documents, collected into one block."""
-
-    def __init__(self, window: int, overlap: int) -> None:
-        self.window, self.overlap = window, overlap
-        self.ids: list[Any] = []
-        self.size = 0
-        self.sources: list[int] = []
-        self.index: list[int] = []
-        self.starts: list[int] = []
-        self.lengths: list[int] = []
-        self.page: list[int] = []  # 0: the format has no pages (a null in the row)
-        self.char_start: list[int] = []
-        self.char_end: list[int] = []
-        self.text: list[str] = []
-
-    def add(self, source_id: int, doc: Document, ids: Any, offsets: Any) -> None:
-        text = doc.text
-        if len(ids) <= self.window:  # one window: most files of a tree of short texts
-            first, last = int(offsets[0][0]), int(offsets[-1][1])
-            self.sources.append(source_id)
-            self.index.append(0)
-            self.starts.append(self.size)
-            self.lengths.append(len(ids))
-            self.page.append((doc.page_at(first) or 0) if doc.pages else 0)
-            self.char_start.append(first)
-            self.char_end.append(last)
-            self.text.append(text[first:last])
-            self.ids.append(ids)
-            self.size += len(ids)
-            return
-        # at paragraph, sentence or word boundaries (tasks/_chunking.py)
-        for number, (start, end) in enumerate(text_windows(text, offsets, self.window, self.overlap)):
-            first, last = int(offsets[start][0]), int(offsets[end - 1][1])
-            self.sources.append(source_id)
-            self.index.append(number)
-            self.starts.append(self.size + start)
-            self.lengths.append(end - start)
-            self.page.append((doc.page_at(first) or 0) if doc.pages else 0)
-            self.char_start.append(first)
-            self.char_end.append(last)
-            self.text.append(text[first:last])
-        self.ids.append(ids)
-        self.size += len(ids)
-
-    def block(self, extra_cost: int) -> Items | None:
-        if not self.sources:
-            return None
-        import itertools
-
-        values = np.fromiter(itertools.chain.from_iterable(self.ids), dtype=np.int32, count=self.size)
-        lengths = np.asarray(self.lengths, dtype=np.int64)
-        text = np.empty(len(self.text), dtype=object)
-        text[:] = self.text
-        return Items(np.asarray(self.sources, dtype=np.int64), np.asarray(self.index, dtype=np.int64),
-                     lengths + extra_cost, Ragged(values, np.asarray(self.starts, dtype=np.int64), lengths),
-                     {"page": np.asarray(self.page, dtype=np.int32),
-                      "char_start": np.asarray(self.char_start, dtype=np.int64),
-                      "char_end": np.asarray(self.char_end, dtype=np.int64), "text": text})
-
-
-def _slices(text: str, size: int) -> list[tuple[int, int]]:
-    """[start, end) ranges of about `size` characters, each cut after a whitespace character."""
-    spans, start = [], 0
-    while start < len(text):
-        end = min(start + size, len(text))
-        if end < len(text):
-            space = max(text.rfind(" ", start, end), text.rfind("\n", start, end))
-            end = space + 1 if space > start else end
-        spans.append((start, end))
-        start = end
-    return spans
 
 
 def _prompt_length(st: Any, options: EmbedOptions) -> int:

@@ -155,14 +155,13 @@ def test_a_huge_text_is_tokenized_in_slices_with_memory_bounded_per_mb():
 
 def test_sliced_tokenizing_gives_the_same_windows_as_one_encode(monkeypatch):
     from gpucli.records import Source
-    from gpucli.tasks import TaskSpec, create_task
-    from gpucli.tasks import embed as embed_module
+    from gpucli.tasks import TaskSpec, _tokens, create_task
 
     task = create_task(TaskSpec("embed", "minilm"))
     task.open()
     text = " ".join(f"word{i % 97} and some more text." for i in range(4000))
     whole = task.prepare_many([Source(0, "a", "a")], [text.encode()])[0]
-    monkeypatch.setattr(embed_module, "SLICE_CHARS", 5000)
+    monkeypatch.setattr(_tokens, "SLICE_CHARS", 5000)
     sliced = task.prepare_many([Source(0, "a", "a")], [text.encode()])[0]
     assert len(sliced) == len(whole)
     assert sliced.meta["char_start"].tolist() == whole.meta["char_start"].tolist()

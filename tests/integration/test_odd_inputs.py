@@ -66,7 +66,7 @@ def test_names_that_are_not_utf8_and_other_odd_names_are_inputs_and_rerun_unchan
     state = out / "_gpucli" if suffix == ".parquet" else Path(str(out) + ".gpucli")
     ledger = Ledger(state)
     try:
-        assert {p: k.status for p, k in ledger.lookup(good + ["bad \\xff\\xfe.txt"]).items()} == \
+        assert {p: k.status.stored for p, k in ledger.lookup(good + ["bad \\xff\\xfe.txt"]).items()} == \
             {**dict.fromkeys(good, "done"), "bad \\xff\\xfe.txt": "failed"}
     finally:
         ledger.close()
@@ -108,7 +108,7 @@ def test_a_file_served_in_short_reads_is_read_whole(tmp_path, monkeypatch):
 
 
 def test_a_window_whose_tokens_map_to_no_characters_takes_the_full_offsets():
-    from gpucli.tasks.embed import _ends
+    from gpucli.tasks._tokens import _ends
 
     class Encoding:
         offsets = [(0, 0), (0, 3), (4, 6)]
