@@ -59,6 +59,7 @@ class Accounts:
         self.status = np.zeros(1024, dtype=np.int8)
         self.waiting = np.zeros(1024, dtype=np.int32)  # items not yet back, per input
         self.buffer = PartBuffer()
+        self.complete = 0  # inputs in status COMPLETE: results all back, rows not yet durable (progress)
         self._merging: dict[int, list[tuple[int, dict[str, Any]]]] = {}  # source id -> (index, row)
 
     # --- from the reader --------------------------------------------------------------------
@@ -161,6 +162,7 @@ class Accounts:
         self.waiting[unique] -= counts
         complete = unique[(self.waiting[unique] <= 0) & (self.status[unique] == OPEN)]
         self.status[complete] = COMPLETE
+        self.complete += len(complete)
         if self.task.merges_rows:
             for sid in complete.tolist():
                 self._merge(sid)
@@ -185,6 +187,7 @@ class Accounts:
     def fail_source(self, sid: int, stage: str, reason: str) -> None:
         if self.status[sid] not in (OPEN, COMPLETE):
             return
+        self.complete -= int(self.status[sid] == COMPLETE)
         self.status[sid] = FAILED
         self._merging.pop(sid, None)
         source = self.sources.pop(sid)
@@ -220,6 +223,7 @@ class Accounts:
 
     def durable(self, committed: Committed) -> None:
         """Back on the loop: count the inputs done and forget their sources."""
+        self.complete -= int((self.status[committed.source_ids] == COMPLETE).sum())
         self.status[committed.source_ids] = DONE
         for sid in committed.source_ids.tolist():
             self.sources.pop(sid, None)
@@ -236,7 +240,14 @@ class Accounts:
         for sid in [sid for sid in list(self.sources) if self.status[sid] in (OPEN, COMPLETE)]:
             self.fail_source(sid, "infer", reason)
 
+    def open_inputs(self) -> int:
+        """Inputs handed to the models that still wait for results (in flight)."""
+        return len(self.sources) - self.complete
+
     def counts_now(self) -> Counts:
+        """The progress's counts: an input counts when its results are back (`back`), and apart
+        from it what is durable (`done`, `rows`: the summary's)."""
         c, s = self.counts, self.summary
         c.done, c.failed, c.skipped, c.rows = s.succeeded, s.failed, s.skipped, s.rows
+        c.back, c.rows_back = self.complete, self.buffer.rows
         return c

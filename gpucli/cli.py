@@ -390,13 +390,14 @@ def _print_summary(s: Any) -> None:
     state = ("interrupted" if s.interrupted else "done" if s.exit_code == 0
              else "done with failures" if s.exit_code == 1 else "failed")
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in s.stage_seconds.items())
+    rates = f"{getattr(s, 'inputs_per_s', 0.0):.1f} inputs/s, {getattr(s, 'rows_per_s', 0.0):.1f} rows/s"
     lines = [
         f"gpucli {s.task}: {state} in {s.elapsed_s:.1f}s — {s.inputs} inputs: {s.succeeded} succeeded, "
         f"{s.failed} failed" + (f" ({s.unknown_tokens} in a language the model does not read)"
                                 if getattr(s, "unknown_tokens", 0) else "")
         + f", {s.skipped} skipped" + (f" ({s.unchanged} unchanged since the last run)" if s.unchanged else "")
         + (f", {s.unfinished} unfinished" if s.unfinished else "") + (f", {s.pruned} pruned" if s.pruned else ""),
-        f"  {s.rows} rows -> {s.out} ({s.items_per_s:.1f} items/s; {stages})",
+        f"  {s.rows} rows -> {s.out} ({rates}; {stages})",
     ]
     if has_records(s.failures_file):
         lines.append(f"  failures and skips: {s.failures_file}")

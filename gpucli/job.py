@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from gpucli.records import Failure, Source
 from gpucli.settings import output_metadata, output_schema, output_settings
 from gpucli.summary import BusyClock, RunSummary, now_text
 from gpucli.tasks import Task, TaskSpec, get_task
-from gpucli.walk import Found, WalkFilter, WalkReport, walk_blocks
+from gpucli.walk import Found, WalkFilter, WalkReport, count_inputs, walk_blocks
 
 
 def default_out(task: str) -> str:
@@ -125,6 +126,7 @@ class Job:
         self.started = time.monotonic()
         self.summary.started_at = now_text()
         self.report = WalkReport()
+        self._stop_count = threading.Event()  # the counting walk's (count_ahead): its number is no longer needed
 
     def open(self) -> None:
         """The task's parent side, then the output (sink, lock, ledger, failure log). Blocking."""
@@ -205,10 +207,39 @@ class Job:
         if self.config.from_table:  # texts from a table's rows, one record per row (gpucli/tables.py)
             blocks = _in_blocks(tables.records(self.config, self.report, self.max_bytes))
         else:
-            flt = WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
-            blocks = walk_blocks(list(self.config.paths), flt,
+            blocks = walk_blocks(list(self.config.paths), self.walk_filter(),
                                  self.output.walk_exclusions() if exclude is None else exclude, self.report)
         return _limited(blocks, self.config.limit) if self.config.limit else blocks
+
+    def walk_filter(self) -> WalkFilter:
+        return WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
+
+    def count_ahead(self) -> None:
+        """Count the walk in a thread of its own (walk.count_inputs: a number, never a list),
+        ahead of the reader, whose walk waits for the queue: the progress then knows the total,
+        and an ETA, long before the reader has found every input. A hint only: once the real
+        walk ends its `found` is the total. Only when the progress shows it, and not for --from."""
+        if self.config.from_table or not self.progress.shows:
+            return
+        roots, flt, exclude = list(self.config.paths), self.walk_filter(), self.output.walk_exclusions()
+        limit = self.config.limit
+
+        def count() -> None:
+            try:
+                total = count_inputs(roots, flt, exclude, self._stop_count)
+            except Exception:  # noqa: BLE001 - a hint: the real walk reports what went wrong
+                return
+            if total is not None and not self._stop_count.is_set():
+                self.counts.expected = min(total, limit) if limit else total
+
+        threading.Thread(target=count, name="gpucli-count-ahead", daemon=True).start()
+
+    def counts_now(self, queued: int = 0, in_flight: int = 0) -> Counts:
+        """What the progress shows now: the accounts' counts, with the engine's queue and the
+        batches (local) or inputs (Ray) in flight."""
+        counts = self.accounts.counts_now()
+        counts.queued, counts.in_flight = queued, in_flight
+        return counts
 
     def walk(self, exclude: list[str] | None = None) -> Iterator[Found]:
         """The inputs one at a time (see `walk_blocks`)."""
@@ -222,16 +253,20 @@ class Job:
 
     def prune(self) -> None:
         """After a complete walk (never after an interrupt)."""
+        self._stop_count.set()
         self.counts.walk_done = True
         if self.config.prune:
             self.summary.pruned = self.output.prune(self.report, getattr(self.config, "prune_all", False),
                                                     self.progress.log)
 
     def close(self, written: bool) -> None:
+        self._stop_count.set()
         try:
             self.output.close(written)
         finally:
-            self.progress.update(self.accounts.counts_now())
+            counts = self.counts_now()
+            counts.ended = True  # the last line: what was written, nothing queued or in flight
+            self.progress.update(counts)
             self.progress.close()
 
     @property
@@ -250,7 +285,8 @@ class Job:
         s.inputs = s.succeeded + s.failed + s.skipped + s.unfinished
         s.elapsed_s = time.monotonic() - self.started
         s.stage_seconds.update(read=self.clocks["read"].seconds, write=write_s, infer=infer_s, queue=queue_s)
-        s.items_per_s = self.counts.items / s.elapsed_s if s.elapsed_s else 0.0
+        per_s = 1 / s.elapsed_s if s.elapsed_s else 0.0
+        s.inputs_per_s, s.rows_per_s, s.items_per_s = s.inputs * per_s, s.rows * per_s, self.counts.items * per_s
         s.interrupted = bool(stopping)
         s.finished_at = now_text()
         s.exit_code = error.exit_code if error is not None else self._exit_code(stopping)

@@ -31,7 +31,7 @@ from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM, OutputError
 from gpucli.job import Job
 from gpucli.pool import WorkerPool
 from gpucli.pool_events import BatchesDone, BatchFailed, OutOfMemory, PoolEvent, PoolLog
-from gpucli.progress import Progress
+from gpucli.progress import Progress, tick
 from gpucli.reader import read_chunks
 from gpucli.records import Batch
 from gpucli.recovery import OomHistory, after_oom
@@ -104,7 +104,8 @@ class Pipeline:
         self._oom = OomHistory(self.batcher.caps)  # out-of-memory errors lower the batcher's caps
         self.writer = Writer(job.accounts, config.part_rows, config.flush_s)
         self.has_work = asyncio.Event()
-        ticker = asyncio.ensure_future(self._tick())
+        ticker = asyncio.ensure_future(tick(self.progress, lambda: job.counts_now(self.queue.items,
+                                                                                  self.pool.in_flight_count())))
         self.reader = asyncio.ensure_future(self._read(devices))  # reads while the workers load their models
         pruning_error = None
         try:
@@ -199,6 +200,7 @@ class Pipeline:
         job = self.job
         lookup = job.output.lookup()
         processes = job.reader_processes(devices)
+        job.count_ahead()  # the total, for the progress, before this walk has been everywhere
         try:
             async for chunk in read_chunks(job.walk_blocks(), job.task, job.max_bytes, job.chunk_files,
                                            self.config.read_chunks_in_flight, lookup, job.seen(),
@@ -270,15 +272,7 @@ class Pipeline:
             self.pool.fatal = self.pool.fatal or exc
             self.pool.notify()
 
-    # --- progress and stop signals ---------------------------------------------------------------
-    async def _tick(self) -> None:
-        while True:
-            counts = self.job.accounts.counts_now()
-            counts.queued = self.queue.items if self.queue else 0
-            counts.in_flight = self.pool.in_flight_count() if self.pool else 0
-            self.progress.update(counts)
-            await asyncio.sleep(0.25)
-
+    # --- stop signals ---------------------------------------------------------------------------
     def _on_signal(self, sig: int) -> None:
         if self.signal_received:
             self.progress.log("second interrupt: stopping now; complete parts are kept")

@@ -26,7 +26,9 @@ class RunSummary:
     failures_file: str = ""
     elapsed_s: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIMED_STAGES, 0.0))
-    items_per_s: float = 0.0
+    inputs_per_s: float = 0.0  # inputs / elapsed_s: the rate the progress shows as inputs/s
+    rows_per_s: float = 0.0  # rows / elapsed_s: the progress's rows/s
+    items_per_s: float = 0.0  # model items (embed: chunks; transcribe: speech chunks) per second; kept for scripts
     exit_code: int = 0
     failed_known: int = 0  # of `failed`: inputs that had failed before and have not changed since
     unknown_tokens: int = 0  # of `failed`: texts in a language the model does not read (--allow-unknown-tokens)
@@ -44,7 +46,8 @@ class RunSummary:
         data = asdict(self)
         data["stage_seconds"] = {k: round(v, 3) for k, v in self.stage_seconds.items()}
         data["elapsed_s"] = round(self.elapsed_s, 3)
-        data["items_per_s"] = round(self.items_per_s, 2)
+        for rate in ("inputs_per_s", "rows_per_s", "items_per_s"):
+            data[rate] = round(data[rate], 2)
         return data
 
 

@@ -12,6 +12,7 @@ import errno
 import fnmatch
 import os
 import stat
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,10 +197,7 @@ class _Walker:
         goes through `_entry`."""
         rel_dir = _rel(directory, self.base)
         prefix = "" if rel_dir == "." else rel_dir + "/"
-        excluded = self.excluded_names.get(real, ())
-        outputs = _outputs_among(entries)
-        if outputs:
-            excluded = {*excluded, *outputs}
+        excluded = self._excluded_names(real, entries)
         wants = self.flt.wants
         by_suffix = self.flt.suffixes if not self.flt.include and not self.flt.exclude else None
         out: list[Source | Failure] = []
@@ -232,6 +230,12 @@ class _Walker:
                 continue
             add(Source(-1, rel, entry.path, st.st_size, st.st_mtime_ns, "", st.st_dev, st.st_ino))
         yield out
+
+    def _excluded_names(self, real: str, entries: list[os.DirEntry]) -> set[str] | tuple[()]:
+        """Names in the directory `real` never read: this run's output and state, other outputs."""
+        excluded = self.excluded_names.get(real, ())
+        outputs = _outputs_among(entries)
+        return {*excluded, *outputs} if outputs else excluded
 
     def _entry(self, entry: os.DirEntry, real: str, real_root: str, subdirs: list) -> Iterator[Found]:
         """`real`: the entry's real path when it is not a link (its directory's real path + its name)."""
@@ -302,6 +306,60 @@ class _Walker:
             self.aliases.add((st.st_dev, st.st_ino))
         yield Found(source=Source(id=-1, path=rel, abspath=path, size=st.st_size, mtime_ns=st.st_mtime_ns,
                                   dev=st.st_dev, ino=st.st_ino))
+
+
+class _Stopped(Exception):
+    """The count was asked to stop (its number is no longer needed)."""
+
+
+class _Counter(_Walker):
+    """The walk of `_Walker`, with its rules, whose blocks are counts: a plain file that the
+    filter wants is counted from its directory entry alone (no `stat`, no `Source`); every
+    other entry takes the walk's own path, so that links, outputs, excluded names and the
+    records of entries that cannot be read count as the walk yields them."""
+
+    def __init__(self, roots: list[Path], flt: WalkFilter, exclude: frozenset[str],
+                 stop: threading.Event | None) -> None:
+        super().__init__(roots, flt, exclude, WalkReport())
+        self.stop = stop
+
+    def _entries(self, directory: str, real: str, entries: list[os.DirEntry], real_root: str,
+                 subdirs: list) -> Iterator[int]:  # type: ignore[override]
+        if self.stop is not None and self.stop.is_set():
+            raise _Stopped
+        rel_dir = _rel(directory, self.base)
+        prefix = "" if rel_dir == "." else rel_dir + "/"
+        excluded = self._excluded_names(real, entries)
+        by_suffix = self.flt.suffixes if not self.flt.include and not self.flt.exclude else None
+        count = 0
+        for entry in entries:
+            name = entry.name
+            try:
+                plain = entry.is_file(follow_symlinks=False) and name.isascii() and name[0] != "."
+            except OSError:
+                plain = False
+            if name in excluded:
+                continue
+            if not plain:
+                count += len(_unwrapped(self._entry(entry, os.path.join(real, name), real_root, subdirs)))
+            elif name.lower().endswith(by_suffix) if by_suffix else self.flt.wants(prefix + name):
+                count += 1
+        yield count
+
+
+def count_inputs(roots: list[str], flt: WalkFilter, exclude: Iterable[str | os.PathLike] = (),
+                 stop: threading.Event | None = None) -> int | None:
+    """How many entries `walk_blocks` yields for the same arguments (inputs, and the records
+    of entries it cannot read), learnt without a `stat` per file nor an object per input:
+    the progress's total, known long before the reader has been everywhere. Memory grows
+    with the directories only, as the walk's. A hint: files may come and go before the walk
+    reaches them. None when `stop` was set before the count ended."""
+    paths = [Path(os.path.abspath(r)) for r in roots if os.path.lexists(r)]
+    counter = _Counter(paths, flt, frozenset(os.path.realpath(e) for e in exclude), stop)
+    try:
+        return sum(block if isinstance(block, int) else len(block) for block in counter.run())
+    except _Stopped:
+        return None
 
 
 # --- other gpucli outputs inside the tree ----------------------------------------------------------

@@ -92,11 +92,11 @@ def test_the_start_line_fits_80_columns_with_words_whole(run_screen):
 
 
 def test_the_bar_keeps_count_failed_rate_and_eta_at_80_columns(run_screen):
-    bars = [line for line in run_screen if re.search(r"\d+/\d+", line) and "items/s" in line]
+    bars = [line for line in run_screen if re.search(r"\d+/\d+", line) and "inputs/s" in line]
     assert bars, run_screen
     assert_fits(bars)
     final = bars[-1]
-    assert "61/61" in final and "1 failed" in final and "items/s" in final, final
+    assert "61/61" in final and "1 failed" in final and "inputs/s" in final, final
     assert re.search(r"\d:\d\d:\d\d", final), final  # elapsed and the ETA
 
 
@@ -105,7 +105,7 @@ def test_the_summary_wraps_on_words_at_80_columns(run_screen):
     summary = run_screen[at:]
     assert_fits(summary)
     joined = " ".join(line.strip() for line in summary)
-    for phrase in ("61 inputs:", "60 succeeded,", "1 failed,", "0 skipped", "items/s;"):
+    for phrase in ("61 inputs:", "60 succeeded,", "1 failed,", "0 skipped", "inputs/s,", "rows/s;"):
         assert phrase in joined, joined  # no word cut where a line ends (was: sk/ipped, i/nfer)
     assert "vectors.parquet" in joined
 

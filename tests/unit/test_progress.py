@@ -8,7 +8,17 @@ import re
 
 from rich.console import Console
 
-from gpucli.progress import Counts, PlainProgress, Progress, RichProgress, make_progress, start_line
+from gpucli.progress import (
+    Counts,
+    PlainProgress,
+    Progress,
+    RichProgress,
+    Speed,
+    clock_text,
+    make_progress,
+    start_line,
+    status_text,
+)
 
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
@@ -36,7 +46,7 @@ def test_plain_lines_carry_an_iso_timestamp():
     assert len(lines) == 4
     assert all(re.match(ISO + " gpucli", line) for line in lines), lines
     assert lines[0].endswith("gpucli 1.2.3 embed: model m; devices cpu; out o.parquet")
-    assert "1/3 files" in lines[1] and lines[2].endswith("gpucli: a message")
+    assert "1/3 inputs" in lines[1] and lines[2].endswith("gpucli: a message")
 
 
 def test_the_start_line_is_printed_in_plain_and_rich_modes_but_not_quiet(capsys):
@@ -66,9 +76,10 @@ def render_at(width: int, counts: Counts) -> list[str]:
     console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None, get_time=clock)
     progress = RichProgress("embed", "tokens", console=console)
     progress.bars.stop()  # no refresh thread: render by hand
-    progress.update(Counts(found=counts.found, walk_done=True))
+    progress.update(Counts(found=counts.found, walk_done=counts.walk_done, expected=counts.expected))
     clock.now += 5.0  # two steps give rich a speed, so that the ETA is a time
-    progress.update(Counts(found=counts.found, walk_done=True, done=counts.done // 2))
+    progress.update(Counts(found=counts.found, walk_done=counts.walk_done, expected=counts.expected,
+                           done=counts.done // 2))
     clock.now += 5.0
     progress.update(counts)
     out = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None, record=True)
@@ -91,3 +102,72 @@ def test_the_rich_display_shows_the_whole_detail_when_there_is_room():
     line = render_at(250, BUSY)[0]
     assert "writing [part] 7 of /usr/local [x]" in line  # brackets in the stage text are not markup
     assert "12 failed" in line
+
+
+# --- what the counts say (issue 28, item 1) ------------------------------------------------------
+
+def test_an_input_counts_when_its_results_are_back_and_what_is_written_shows_apart():
+    counts = Counts(found=10, walk_done=True, done=2, back=5, failed=1, skipped=1, rows=4, rows_back=9)
+    assert (counts.finished, counts.shown_rows, counts.total) == (9, 13, 10)
+    text = status_text(counts, 3.0, "tokens")
+    assert text.startswith("9/10 inputs (2 written), 1 failed, 13 rows, 3.0 inputs/s, 4.3 rows/s"), text
+    assert status_text(counts, 3.0, "tokens", eta=65.0).endswith(", 3s, ETA 0:01:05")
+
+
+def test_the_total_is_the_counting_walk_s_until_the_walk_ends_then_the_walk_s():
+    counts = Counts(found=40)
+    assert counts.total is None and "0 of 40+ inputs" in status_text(counts, 1.0, "tokens")
+    counts.expected = 5000
+    assert counts.total == 5000 and "/~5000 inputs" in status_text(counts, 1.0, "tokens"), "a hint, marked"
+    counts.expected = 30  # the tree grew while it was counted: never less than what was found
+    assert counts.total == 40
+    counts.walk_done, counts.found = True, 4990  # the real walk is the truth
+    assert counts.total == 4990 and "/4990 inputs" in status_text(counts, 1.0, "tokens")
+
+
+def test_the_last_line_says_what_was_written_and_nothing_in_flight():
+    stream = io.StringIO()
+    progress = PlainProgress("embed", "tokens", every_s=0, stream=stream)
+    progress.update(Counts(found=8, walk_done=True, done=5, back=2, rows=5, rows_back=2, queued=3, in_flight=2))
+    progress.update(Counts(found=8, walk_done=True, done=7, back=1, rows=7, rows_back=1, queued=0, in_flight=1,
+                           phase="loading", ended=True))  # one left unwritten by an interrupt
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2, "the end's line once (close prints it)"
+    assert "7/8 inputs (5 written)" in lines[0] and "in flight 2" in lines[0]
+    last = lines[-1]
+    assert "7/8 inputs (7 written)" in last and "7 rows" in last, last
+    for running in ("in flight", "queue", "ETA", "loading"):
+        assert running not in last, last
+
+
+def test_the_plain_eta_follows_the_recent_speed():
+    speed = Speed(window_s=30.0)
+    assert speed.eta(100, 0) is None
+    speed.add(0.0, 0)
+    speed.add(10.0, 0)  # loading the model: no speed yet
+    assert speed.eta(100, 0) is None
+    speed.add(20.0, 20)
+    speed.add(40.0, 60)  # 2 inputs/s over the last 30 s
+    assert speed.eta(100, 60) == 20.0
+    assert speed.eta(None, 60) is None, "no total, no ETA"
+    for t in range(41, 200):
+        speed.add(float(t), 60 + 2 * (t - 40))
+    assert len(speed._samples) <= 32, "a window, not the run's history"
+    assert clock_text(3725.2) == "1:02:05"
+
+
+def test_the_bar_counts_results_back_and_its_last_detail_has_nothing_in_flight():
+    lines = render_at(250, Counts(found=100, walk_done=True, done=10, back=30, failed=2, rows=10, rows_back=30,
+                                  queued=5, in_flight=2))
+    assert "42/100" in lines[0] and "in flight 2" in lines[0] and "inputs/s" in lines[0] and "rows/s" in lines[0]
+    assert "10 written" in lines[0]
+    last = render_at(250, Counts(found=100, walk_done=True, done=98, failed=2, rows=98, queued=5, in_flight=2,
+                                 ended=True))[0]
+    assert "100/100" in last and "98 written" in last and "in flight" not in last and "queue" not in last
+
+
+def test_the_bar_has_a_total_and_an_eta_from_the_counting_walk_before_the_walk_ends():
+    line = render_at(250, Counts(found=300, expected=123456, done=45678, failed=12))[0]
+    assert "45690/123456" in line
+    assert re.search(r"0:00:10 +0:00:\d\d|0:00:10 +\d:\d\d:\d\d", line) and "-:--:--" not in line, line

@@ -243,9 +243,8 @@ class RayJob:
         self.job.progress.update(self._counts())
 
     def _counts(self) -> Counts:
-        counts = self.job.accounts.counts_now()
-        counts.in_flight = len(self.sent) + self.job.accounts.unfinished()
-        return counts
+        """In flight: inputs with Ray, and those whose results are not all back (counted when they are)."""
+        return self.job.counts_now(in_flight=len(self.sent) + self.job.accounts.open_inputs())
 
 
 class NodeWatch:
