@@ -24,16 +24,13 @@ DOTTED = re.compile(r"`(gpucli(?:\.\w+)+)`")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # The lead writes docs/architecture.md (issue 28); until it lands, links to it are the one
 # exception. Remove this when the page is in the repository.
-PENDING_PAGES = {ROOT / "docs" / "architecture.md"}
-
-
 def named_paths() -> set[str]:
     found = {p.rstrip(".") for text in PAGES.values() for p in REPO_PATH.findall(text)}
     return found - {"docs/s"}  # a rate (documents per second), not a path
 
 
 def test_every_repository_path_the_readme_and_docs_name_exists():
-    missing = sorted(p for p in named_paths() if not (ROOT / p).exists() and ROOT / p not in PENDING_PAGES)
+    missing = sorted(p for p in named_paths() if not (ROOT / p).exists())
     assert not missing, f"README or docs/ name files that do not exist: {missing}"
 
 
@@ -74,7 +71,7 @@ def test_every_relative_link_leads_to_a_file():
             if "://" in target:
                 continue
             path = (page.parent / target).resolve()
-            if not path.exists() and path not in PENDING_PAGES:
+            if not path.exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
 
