@@ -4,16 +4,17 @@ Read from two places a run leaves behind:
 * the metadata: for Parquet, the `gpucli.*` keys of the newest part's schema (only its footer
   is read); for JSON lines and Qdrant, the `info` the ledger stored with its settings (a
   Qdrant storage is never opened: a run holds its lock, and the ledger knows what it wrote);
-* the ledger, in the sink's state directory (`Sink.state_dir`: inside a Parquet dataset,
-  beside a JSON lines file or an embedded Qdrant storage, per user for a Qdrant server):
-  inputs done and failed, rows, the time of the last change.
+* the ledger, in the sink's state directory (`Sink.state_dir`: beside a Parquet dataset
+  directory, a JSON lines file or an embedded Qdrant storage, per user for a Qdrant server; or
+  where an earlier gpucli kept it, until a run moves it: gpucli/state_dir.py): inputs done and
+  failed, rows, the time of the last change.
 
 Each task's own settings are shown (embed: dims, pooling, prompt; classify: classes, top-k;
 transcribe: language, VAD, beam), not one task's fields for all.
 
-The ledger is opened read-only (`mode=ro`) and the run lock is never taken: inspecting an
-output that a cron run is writing neither blocks the run nor is blocked by it. A path that is
-none of these is a usage error (exit 2) that says what it expected.
+The ledger is read through gpucli/ledger_view.py (read-only, nothing created) and the run lock
+is never taken: inspecting an output that a cron run is writing neither blocks the run nor is
+blocked by it. A path that is none of these is a usage error (exit 2) that says what it expected.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpucli.errors import UsageError
+from gpucli.decision import Status
+from gpucli.errors import OutputError, UsageError
+from gpucli.ledger_view import ReadOnlyLedger
+from gpucli.state_dir import LEDGER, ledger_dir
 
 PART = re.compile(r"^part-\d+\.parquet$")
 # The metadata keys (gpucli. dropped) that `gpucli inspect` prints per task, when set; a task not
@@ -56,7 +60,7 @@ class Report:
     inputs_failed: int = 0  # failed in the ledger, waiting for a retry
     failures: int | None = None  # records in the failures file (None: no such file)
     failures_file: str = ""
-    last_run: str | None = None  # ISO time of the last run: meta.last_run, the ledger, the failures file
+    last_run: str | None = None  # ISO time of the last run: the ledger's last change, or the failures file's
     gpucli_version: str = ""
     metadata: dict[str, str] = field(default_factory=dict)  # every gpucli.* key, prefix dropped
 
@@ -76,12 +80,17 @@ class Layout:
 
 def inspect_output(where: str) -> Report:
     layout = locate(where)
-    with open_ledger(layout.ledger) as ledger:
+    ledger = _open_ledger(layout.ledger)
+    try:
         settings = _settings(ledger)
         report = Report(str(layout.out), layout.format, failures_file=str(layout.failures.absolute()))
         metadata = _metadata(layout, settings)
         _describe(report, metadata, settings)
         _count_ledger(report, ledger, layout)
+    except sqlite3.Error as exc:  # a ledger that a run is writing over this read, or damaged past its header
+        raise UsageError(f"{layout.ledger}: cannot read this ledger ({type(exc).__name__}: {exc})") from None
+    finally:
+        ledger.close()
     _count_failures(report, layout.failures)
     return report
 
@@ -110,55 +119,28 @@ def locate(where: str) -> Layout:
 
 def _layout(path: Path, fmt: str, sink: Any) -> Layout:
     """The sink's state directory, or an earlier one of its that still holds the ledger (an
-    output not yet moved by a newer gpucli); without a sink, where gpucli 0.1 kept them."""
+    output not yet moved by a newer gpucli); without a sink (a path not named as gpucli names
+    outputs), beside it or, for a directory, inside it, as gpucli 0.1 kept it."""
     if sink is None:
-        state = path / "_gpucli" if fmt == "parquet" else Path(f"{path}.gpucli")
-        return Layout(path, fmt, state / "ledger.sqlite", path.with_suffix(".failures.jsonl"))
-    earlier = getattr(sink, "earlier_state_dirs", lambda: [])()
-    ledger = next((d / "ledger.sqlite" for d in [sink.state_dir, *earlier] if (d / "ledger.sqlite").is_file()),
-                  sink.state_dir / "ledger.sqlite")
+        places = [Path(f"{path}.gpucli")] + ([path / "_gpucli"] if fmt == "parquet" else [])
+        state = next((d for d in places if (d / LEDGER).is_file()), places[0])
+        return Layout(path, fmt, state / LEDGER, path.with_suffix(".failures.jsonl"))
+    ledger = ledger_dir(sink) / LEDGER
     return Layout(Path(sink.display) if fmt == "qdrant" else path, fmt, ledger, Path(sink.failures_path))
 
 
-class open_ledger:
-    """A read-only connection that leaves no trace. With no `-wal` file beside the ledger no
-    run has uncommitted pages in one (a run that closed cleanly checkpointed and removed it),
-    so the database file alone is the whole ledger: `immutable=1` reads it without creating
-    the `-wal` and `-shm` files a `mode=ro` connection to a WAL database leaves behind. With a
-    `-wal` file (a run is writing, or died), `mode=ro` reads through it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.db: sqlite3.Connection | None = None
-
-    def __enter__(self) -> sqlite3.Connection:
-        uri = self.path.absolute().as_uri()
-        quiet = not Path(f"{self.path}-wal").exists()
-        error: Exception | None = None
-        for options in (["mode=ro&immutable=1"] if quiet else []) + ["mode=ro"]:
-            try:
-                self.db = sqlite3.connect(f"{uri}?{options}", uri=True)
-                self.db.execute("select count(*) from files").fetchone()
-                return self.db
-            except sqlite3.Error as exc:  # e.g. a run began writing as we read: read through its -wal
-                error = exc
-                self.close()
-        raise UsageError(f"{self.path}: cannot read this ledger ({type(error).__name__}: {error}); "
-                         "not a gpucli output, or a damaged one")
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self.db is not None:
-            self.db.close()
-            self.db = None
-
-
-def _settings(ledger: sqlite3.Connection) -> dict[str, Any]:
-    row = ledger.execute("select value from meta where key = 'settings'").fetchone()
+def _open_ledger(path: Path) -> ReadOnlyLedger:
+    """Read-only, leaving no trace (ledger_view.py); its header is read here, not its whole file."""
     try:
-        settings = json.loads(row[0]) if row and row[0] else {}
+        return ReadOnlyLedger(path, check=False)
+    except OutputError as exc:  # not SQLite, or not a ledger: named, with what it is
+        raise UsageError(f"{path}: cannot read this ledger ({exc.cause}); not a gpucli output, or a damaged "
+                         "one") from None
+
+
+def _settings(ledger: ReadOnlyLedger) -> dict[str, Any]:
+    try:
+        settings = json.loads(ledger.meta("settings") or "{}")
     except ValueError:
         return {}
     return settings if isinstance(settings, dict) else {}
@@ -200,28 +182,18 @@ def _describe(report: Report, metadata: dict[str, str], settings: dict[str, Any]
     report.gpucli_version = metadata.get("version", "")
 
 
-def _count_ledger(report: Report, ledger: sqlite3.Connection, layout: Layout) -> None:
-    counts = dict(ledger.execute("select status, count(*) from files group by status").fetchall())
-    report.inputs_done, report.inputs_failed = counts.get("done", 0), counts.get("failed", 0)
-    done_rows = ledger.execute("select coalesce(sum(rows), 0) from files where status = 'done'").fetchone()[0]
-    updated = ledger.execute("select max(updated) from files").fetchone()[0]
+def _count_ledger(report: Report, ledger: ReadOnlyLedger, layout: Layout) -> None:
+    """The last run: the ledger's last change, or the failures file's, which every run rewrites
+    (a run with nothing to do changes no input's record)."""
+    counts = ledger.counts()
+    report.inputs_done, report.inputs_failed = counts.get(Status.DONE, 0), counts.get(Status.FAILED, 0)
     if layout.format == "parquet":
         parts = _parts(layout.out)
         report.parts, report.rows = len(parts), sum(_part_rows(p) for p in parts)
     else:  # JSON lines and Qdrant: the rows the ledger knows are written
-        report.rows = int(done_rows)
-    times = [t for t in (updated, _mtime(layout.failures), _recorded_run(ledger)) if t]
+        report.rows = int(ledger.done_rows())
+    times = [t for t in (ledger.last_update(), _mtime(layout.failures)) if t]
     report.last_run = _iso(max(times)) if times else None
-
-
-def _recorded_run(ledger: sqlite3.Connection) -> float | None:
-    """`meta.last_run` (seconds since the epoch), where the engine records when a run ended:
-    the other clues miss a run that changed nothing and could not write its failures file."""
-    row = ledger.execute("select value from meta where key = 'last_run'").fetchone()
-    try:
-        return float(row[0]) if row and row[0] else None
-    except ValueError:
-        return None
 
 
 def _part_rows(part: Path) -> int:

@@ -20,8 +20,11 @@ class ReadOnlyLedger:
     without a `-wal` (closed cleanly: no run is writing it, its rows are all in the main file)
     is opened `immutable`, which makes and locks nothing: the output stays byte for byte as it
     was. With a `-wal` (a run is writing, or one died) both files are there already, and a
-    plain read-only open sees what that run committed. `check`: read the file through first
-    (quick_check); a damaged file is LedgerDamaged, which names it and says what to do."""
+    plain read-only open sees what that run committed; so does a second try when a run began
+    writing between the look for a `-wal` and the first read. Either way the file's header is
+    read at once: a file that is no ledger is said here, not by the first lookup. `check`: read
+    the file through first (quick_check, which reads all of it); a damaged file is
+    LedgerDamaged, which names it and says what to do."""
 
     def __init__(self, path: Path, check: bool = True) -> None:
         self.path = path
@@ -29,12 +32,18 @@ class ReadOnlyLedger:
         if not path.is_file():
             return
         wal = path.with_name(path.name + "-wal").exists()
-        self._db = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if wal else 'immutable=1'}", uri=True)
-        try:
-            verdict = self._db.execute("pragma quick_check(1)").fetchone()[0] if check else "ok"
-        except sqlite3.Error as exc:
-            self.close()
-            raise (sqlite_error(exc, str(path)) or OutputError(str(path), f"cannot read it: {exc}")) from None
+        error: sqlite3.Error | None = None
+        for options in ([] if wal else ["immutable=1"]) + ["mode=ro"]:
+            try:
+                self._db = sqlite3.connect(f"{path.resolve().as_uri()}?{options}", uri=True)
+                cursor = self._db.execute("pragma quick_check(1)" if check else "select 'ok' from sqlite_master limit 1")
+                verdict = (cursor.fetchone() or ("ok",))[0]
+                break
+            except sqlite3.Error as exc:
+                self.close()
+                error = exc
+        else:
+            raise (sqlite_error(error, str(path)) or OutputError(str(path), f"cannot read it: {error}")) from None
         if verdict != "ok":
             self.close()
             raise LedgerDamaged(str(path), verdict, DAMAGED_HINT)

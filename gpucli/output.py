@@ -1,7 +1,8 @@
 """The output side of a run, opened and closed as one: sink, run lock, ledger, failures log.
 
 Shared by every engine (local processes, Ray), so that the lock, the incremental rules and
-the failure records are the same whatever runs the model.
+the failure records are the same whatever runs the model. Where the state lives, how it moves
+from where an earlier gpucli kept it, and how a failed open is undone: gpucli/state_dir.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gpucli.ledger import Ledger, made_with
 from gpucli.lock import RunLock
 from gpucli.records import Failure, Source
 from gpucli.sinks import Sink, open_sink
+from gpucli.state_dir import ledger_dir, missing_dirs, open_ledger, own_paths, refuse_foreign, remove_created
 
 if TYPE_CHECKING:
     from gpucli.walk import WalkReport
@@ -103,15 +105,10 @@ class Output:
         return self.sink.display
 
     def made_with(self) -> dict | None:
-        """The settings this output was made with (ledger.made_with), or None when this run makes
-        it anew (a new output, or --full)."""
-        if not self.incremental:
-            return None
-        for directory in (self.sink.state_dir, *getattr(self.sink, "earlier_state_dirs", list)()):
-            settings = made_with(directory)
-            if settings is not None:
-                return settings
-        return None
+        """The settings this output was made with (ledger.made_with; read where an earlier gpucli
+        kept them until this run's open moves them), or None when this run makes it anew (a new
+        output, or --full)."""
+        return made_with(ledger_dir(self.sink)) if self.incremental else None
 
     def open(self, schema: Any, metadata: dict[str, str], settings: dict[str, Any]) -> None:
         """Take the lock (or raise LockedError), open the sink, check the settings against the
@@ -120,14 +117,16 @@ class Output:
 
         An output gpucli did not make (no ledger, but content) is refused before anything is
         created; an output path the system refuses is a UsageError, and what this call created
-        (directories, lock, ledger) is removed again."""
-        self._refuse_foreign()
-        created = _missing_dirs(self.sink.state_dir)
+        (directories, lock, ledger) is removed again. State an earlier gpucli kept elsewhere
+        moves to the sink's state directory first, before the lock is taken there."""
+        self._move_earlier_state()
+        refuse_foreign(self.sink)
+        created = missing_dirs(self.sink)
         try:
             self._open(schema, metadata, settings)
         except BaseException as exc:
             if created and not isinstance(exc, LockedError):  # a lock held by another: its files, not ours
-                _remove_created(created)
+                remove_created(self.sink.state_dir, created)
             if isinstance(exc, OSError):  # the lock's file, the state directory
                 exc = os_error(exc, str(self.sink.state_dir))
             if isinstance(exc, LedgerDamaged):
@@ -136,18 +135,14 @@ class Output:
                 raise UsageError(f"--out {self.display}: cannot use it: {exc.cause} ({exc.path})") from None
             raise
 
-    def _refuse_foreign(self) -> None:
-        """gpucli never deletes what it did not write: content without a ledger is refused."""
+    def _move_earlier_state(self) -> None:
+        """Said once, in the run's log; an OS error of the move is the output refused (exit 2)."""
         try:
-            if (self.sink.state_dir / "ledger.sqlite").exists():
-                return
-            content = self.sink.foreign()
-        except OSError as exc:
-            raise UsageError(f"--out {self.display}: cannot use it: {_os_message(exc)}") from None
-        if content:
-            raise UsageError(f"--out {self.display} already holds {content} that gpucli did not write (it has no "
-                             f"ledger in {self.sink.state_dir}); gpucli never deletes what it did not write: "
-                             "choose a new or empty --out, or move those files away")
+            note = self.sink.move_earlier_state()
+        except OutputError as exc:  # NamedErrors: an OSError of the sink, named
+            raise UsageError(f"--out {self.display}: cannot use it: {exc.cause} ({exc.path})") from None
+        if note:
+            self.notices.append(note)
 
     def _open(self, schema: Any, metadata: dict[str, str], settings: dict[str, Any]) -> None:
         self.lock.acquire(self.sink.display)
@@ -171,7 +166,7 @@ class Output:
 
     def _open_ledger(self, settings: dict[str, Any], version: str) -> Ledger:
         """Order matters at every step: see the rules at the top of ledger.py."""
-        ledger = self._ledger(version)
+        ledger = open_ledger(self.sink.state_dir, version, self.incremental, self.notices)
         try:
             self._publish_pending(ledger)
             if ledger.resetting():  # a --full killed between emptying the ledger and the sink
@@ -191,23 +186,6 @@ class Output:
             ledger.close()
             raise
         return ledger
-
-    def _ledger(self, version: str) -> Ledger:
-        """The ledger; for `--full` read through first, and when damaged set aside (as
-        `ledger.sqlite.damaged`) for a new one: --full rebuilds the output, and the new ledger
-        empties it (a new ledger with --full resets the sink). An incremental run never goes on
-        from a damaged ledger (LedgerDamaged: which file, and what to do): its rows cannot be
-        trusted to say what is done, and what else it held (the settings the output was made
-        with, failures, stale rows not yet removed) is not in the output's parts."""
-        try:
-            return Ledger(self.sink.state_dir, version, check=not self.incremental)
-        except LedgerDamaged as exc:
-            if self.incremental:
-                raise
-            _set_aside(Path(exc.path))
-            self.notices.append(f"the damaged ledger {exc.path} was set aside as {exc.path}.damaged; "
-                                "--full rebuilds the output and a new ledger")
-            return Ledger(self.sink.state_dir, version, check=True)
 
     def _reset_sink(self, ledger: Ledger) -> None:
         self.sink.reset()
@@ -310,14 +288,8 @@ class Output:
         return len(gone)
 
     def walk_exclusions(self) -> list[str]:
-        """What the walk must never read: the output itself (a Parquet directory, a JSONL file,
-        an embedded Qdrant's storage directory), its failures file and its state directory.
-        Inside the input tree they would be read as inputs (`.jsonl` and `.json` are embed
-        suffixes, and the failures file exists before the walk)."""
-        sink = self.sink
-        parsed = getattr(sink, "parsed", None)  # a Qdrant target: only embedded mode is on disk
-        own = (parsed.path if parsed.local else "") if parsed is not None else sink.target
-        return [str(p) for p in (own, sink.failures_path, sink.state_dir) if str(p)]
+        """What the walk must never read: the output's own paths (state_dir.own_paths)."""
+        return own_paths(self.sink)
 
 
 def _option_defaults(task: Any) -> dict[str, Any]:
@@ -340,42 +312,3 @@ def _weights_signature(path: str) -> list:
     return sorted((name, os.path.getsize(os.path.join(path, name))) for name in os.listdir(path)
                   if name.endswith(suffixes))
 
-
-def _missing_dirs(directory: Path) -> list[Path]:
-    """The directory and its ancestors that do not exist yet, deepest first: what open creates."""
-    missing = []
-    directory = directory.absolute()
-    for path in (directory, *directory.parents):
-        if os.path.lexists(path):
-            break
-        missing.append(path)
-    return missing
-
-
-def _remove_created(created: list[Path]) -> None:
-    """Undo a failed open: the lock and ledger files in the state directory, then each
-    directory it created, deepest first, while it is empty (never anything else)."""
-    state = created[0]
-    for name in ("lock", "ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.sqlite-journal"):
-        try:
-            (state / name).unlink(missing_ok=True)
-        except OSError:
-            pass
-    for directory in created:
-        try:
-            directory.rmdir()
-        except OSError:
-            pass
-
-
-def _set_aside(ledger: Path) -> None:
-    """A damaged ledger and its WAL files, renamed `*.damaged` beside it (replacing an older one)."""
-    for suffix in ("", "-wal", "-shm"):
-        path = ledger.with_name(ledger.name + suffix)
-        if path.exists():
-            os.replace(path, ledger.with_name(ledger.name + ".damaged" + suffix))
-
-
-def _os_message(exc: OSError) -> str:
-    where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
-    return f"{exc.strerror or exc} ({where})"

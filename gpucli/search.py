@@ -174,11 +174,23 @@ def _check_parquet(where: str, path: Path) -> None:
     names = [p.name for p in path.iterdir()]
     if any(n.endswith(".parquet") and not n.startswith((".", "_")) for n in names):
         return
-    if any(n.endswith(".inprogress") or n == "_gpucli" for n in names) or Path(f"{where.rstrip('/')}.gpucli").is_dir():
+    if any(n.endswith(".inprogress") for n in names) or _has_state(where):
         raise UsageError(f"--in {where}: no complete part yet (a run is writing this output, or stopped before its "
                          "first part); search it once a part is written: `gpucli inspect` shows how far it is")
     raise UsageError(f"--in {where}: not a gpucli embed output (an empty directory); make one with "
                      "`gpucli embed DIR --out OUT.parquet`")
+
+
+def _has_state(where: str) -> bool:
+    """Whether a run made this output: its state directory, beside it or where an earlier
+    gpucli kept it (inside it, `_gpucli/`), exists."""
+    from gpucli.sinks import open_sink
+
+    try:
+        sink = open_sink(where)
+    except UsageError:  # not named as gpucli names outputs
+        return False
+    return any(directory.is_dir() for directory in (sink.state_dir, *sink.earlier_state_dirs()))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -257,9 +269,10 @@ def _ledger_info(where: str) -> dict[str, str]:
     from gpucli.errors import OutputError
     from gpucli.ledger_view import ReadOnlyLedger
     from gpucli.sinks import open_sink
+    from gpucli.state_dir import LEDGER, ledger_dir
 
     try:
-        ledger = ReadOnlyLedger(open_sink(where).state_dir / "ledger.sqlite", check=False)
+        ledger = ReadOnlyLedger(ledger_dir(open_sink(where)) / LEDGER, check=False)
     except OutputError as exc:
         raise UsageError(f"--in {where}: its ledger {exc}") from None
     try:

@@ -51,8 +51,20 @@ class Sink:
 
     @property
     def state_dir(self) -> Path:
-        """Where the ledger and the run lock live (see state.py): beside the output."""
+        """Where the ledger and the run lock live (see ledger.py): beside the output, `OUT.gpucli/`,
+        never inside it (a dataset directory holds only what readers read: gpucli/state_dir.py)."""
         return Path(self.target.rstrip("/") + ".gpucli")
+
+    def earlier_state_dirs(self) -> list[Path]:
+        """Where an earlier gpucli kept this output's state: what only reads the ledger finds it
+        there (state_dir.ledger_dir) until a run moves it to `state_dir`."""
+        return []
+
+    def move_earlier_state(self) -> str | None:
+        """Called before the run lock is taken: move the state an earlier gpucli kept elsewhere to
+        `state_dir`; a note for the run's log when it moved (once: the next run finds nothing to
+        move). A sink whose move needs its lock makes it in `open` instead (Qdrant's)."""
+        return None
 
     def open(self, schema: pa.Schema, metadata: dict[str, str]) -> None:
         """Prepare the output (create the directory or collection, check dims).

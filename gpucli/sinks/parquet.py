@@ -6,6 +6,11 @@ and dataset readers skip dot-files, so readers never see half a part.
 
 Part numbers only grow within an output (above every part on disk and every name the ledger
 ever committed): a part a crash left behind is then never mistaken for a committed one.
+
+The directory holds nothing else: the ledger and the run lock are beside it, `OUT.parquet.gpucli/`,
+so that every reader takes the directory whole (polars refused one holding other files). An
+output made while they were inside it (`OUT.parquet/_gpucli/`) has them moved out by its next
+run (gpucli/state_dir.py).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from pathlib import Path
 from gpucli.errors import UsageError
 from gpucli.keys import row_keys
 from gpucli.sinks.base import Sink
+from gpucli.state_dir import adopt, fsync_dir
 
 PART = re.compile(r"^part-(\d+)\.parquet$")
+EARLIER_STATE = "_gpucli"  # where an earlier gpucli kept the ledger and lock: inside the dataset directory
 
 
 class ParquetSink(Sink):
@@ -43,7 +50,7 @@ class ParquetSink(Sink):
         self._check_is_dir()
         if not self.dir.exists():
             return None
-        names = sorted(name for name in os.listdir(self.dir) if name != "_gpucli")
+        names = sorted(name for name in os.listdir(self.dir) if name != EARLIER_STATE)
         if not names:
             return None
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
@@ -81,9 +88,15 @@ class ParquetSink(Sink):
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
         self._write_atomic(table, first.name)
 
-    @property
-    def state_dir(self) -> Path:
-        return self.dir / "_gpucli"  # dataset readers skip names starting with _ or .
+    def earlier_state_dirs(self) -> list[Path]:
+        return [self.dir / EARLIER_STATE]
+
+    def move_earlier_state(self) -> str | None:
+        earlier = self.dir / EARLIER_STATE
+        if not adopt(earlier, self.state_dir):
+            return None
+        return (f"moved the ledger and lock of {self.display} from {earlier} to {self.state_dir}: the dataset "
+                "directory now holds only Parquet files, which every reader opens whole")
 
     def parts(self) -> list[Path]:
         return sorted(p for p in self.dir.iterdir() if PART.match(p.name))
@@ -171,11 +184,3 @@ def _array(values: set[str]):
     import pyarrow as pa
 
     return pa.array(sorted(values), type=pa.string())
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -124,7 +124,7 @@ def test_jsonl_rerun_replaces_a_changed_file(tree, tmp_path):
 def test_second_concurrent_run_exits_75(tree, tmp_path):
     root = tree({"a.txt": "alpha\n"})
     out = tmp_path / "out.parquet"
-    holder = RunLock(out / "_gpucli")
+    holder = RunLock(Path(f"{out}.gpucli"))  # beside the dataset directory
     holder.acquire(str(out))
     try:
         with pytest.raises(LockedError, match=f"pid {os.getpid()}"):
@@ -141,8 +141,8 @@ def test_second_concurrent_run_exits_75(tree, tmp_path):
 def test_stale_lock_of_a_dead_holder_is_taken_over(tree, tmp_path):
     root = tree({"a.txt": "alpha\n"})
     out = tmp_path / "out.parquet"
-    (out / "_gpucli").mkdir(parents=True)
-    (out / "_gpucli" / "lock").write_text("pid 999999 on elsewhere, started long ago\n")
+    Path(f"{out}.gpucli").mkdir(parents=True)
+    Path(f"{out}.gpucli", "lock").write_text("pid 999999 on elsewhere, started long ago\n")
     assert run_fake([root], out).succeeded == 1
 
 

@@ -48,13 +48,18 @@ def make_ledger(state_dir: Path, done: dict[str, int], failed: tuple[str, ...] =
     return path
 
 
-def make_parquet_output(tmp_path: Path, failures: int = 2) -> Path:
+def state_of(out: Path) -> Path:
+    """Where a run keeps a Parquet output's ledger and lock: beside the dataset directory."""
+    return Path(f"{out}.gpucli")
+
+
+def make_parquet_output(tmp_path: Path, failures: int = 2, state: Path | None = None) -> Path:
     out = tmp_path / "docs [draft].parquet"
     out.mkdir()
     table = pa.table({"path": ["a.txt", "a.txt", "b.txt"], "chunk": [0, 1, 0],
                       "embedding": pa.array([[0.0] * 4] * 3, pa.list_(pa.float32(), 4))})
     pq.write_table(table.replace_schema_metadata(META), out / "part-00000.parquet")
-    make_ledger(out / "_gpucli", {"a.txt": 2, "b.txt": 1}, failed=("c.txt",))
+    make_ledger(state or state_of(out), {"a.txt": 2, "b.txt": 1}, failed=("c.txt",))
     records = [json.dumps({"path": f"bad{i}.txt", "stage": "decode", "error": "[binary]"}) for i in range(failures)]
     (tmp_path / "docs [draft].failures.jsonl").write_text("".join(r + "\n" for r in records))
     return out
@@ -109,9 +114,9 @@ def test_inspect_changes_nothing_and_leaves_no_wal_files(tmp_path):
 
 def test_inspect_works_while_a_run_holds_the_lock_and_writes(tmp_path):
     out = make_parquet_output(tmp_path)
-    lock = os.open(out / "_gpucli" / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    lock = os.open(state_of(out) / "lock", os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running gpucli holds it
-    writer = sqlite3.connect(out / "_gpucli" / "ledger.sqlite", isolation_level=None)
+    writer = sqlite3.connect(state_of(out) / "ledger.sqlite", isolation_level=None)
     writer.execute("pragma journal_mode=wal")
     writer.execute("insert into files values ('new.txt', 1, 1, 'd', 'done', '', 'part-00001.parquet', 7, 1.0)")
     try:
@@ -123,21 +128,29 @@ def test_inspect_works_while_a_run_holds_the_lock_and_writes(tmp_path):
     assert json.loads(result.stdout)["inputs_done"] == 3  # read through the writer's WAL
 
 
-def test_last_run_prefers_the_time_the_engine_recorded(tmp_path):
-    out = make_parquet_output(tmp_path)
-    os.utime(tmp_path / "docs [draft].failures.jsonl", (1_600_000_000, 1_600_000_000))
-    db = sqlite3.connect(out / "_gpucli" / "ledger.sqlite")
-    db.execute("insert into meta values ('last_run', '1800000000.5')")
-    db.commit()
-    db.close()
+@pytest.mark.parametrize("failures_written,expected", [(1_600_000_000, 1_700_000_100), (1_800_000_000, 1_800_000_000)])
+def test_last_run_is_the_later_of_the_ledgers_last_change_and_the_failures_file(tmp_path, failures_written,
+                                                                                 expected):
+    out = make_parquet_output(tmp_path)  # the ledger's last change: 1_700_000_100
+    os.utime(tmp_path / "docs [draft].failures.jsonl", (failures_written, failures_written))
     report = json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)
-    assert report["last_run"] == datetime.fromtimestamp(1_800_000_000.5).astimezone().isoformat(timespec="seconds")
+    assert report["last_run"] == datetime.fromtimestamp(expected).astimezone().isoformat(timespec="seconds")
+
+
+def test_inspect_reads_an_output_whose_ledger_an_earlier_gpucli_kept_inside_it_and_moves_nothing(tmp_path):
+    out = make_parquet_output(tmp_path, state=tmp_path / "docs [draft].parquet" / "_gpucli")
+    before = files_under(tmp_path)
+    result = runner.invoke(app, ["inspect", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["rows"], report["parts"], report["inputs_done"], report["inputs_failed"]) == (3, 1, 2, 1)
+    assert files_under(tmp_path) == before and not state_of(out).exists()  # a run moves it, inspect does not
 
 
 def test_inspect_of_a_parquet_output_whose_inputs_all_failed_uses_the_ledger_metadata(tmp_path):
     out = tmp_path / "empty.parquet"
     out.mkdir()
-    make_ledger(out / "_gpucli", {}, failed=("x.txt",), wal=False)
+    make_ledger(state_of(out), {}, failed=("x.txt",), wal=False)
     result = runner.invoke(app, ["inspect", str(out), "--json"])
     report = json.loads(result.stdout)
     assert (report["model"], report["rows"], report["parts"], report["inputs_failed"]) == ("bge-small", 0, 0, 1)
@@ -159,8 +172,9 @@ def test_inspect_of_something_else_exits_2_with_one_line(tmp_path, make, needle,
 
 def test_inspect_of_a_damaged_ledger_exits_2(tmp_path):
     out = tmp_path / "x.parquet"
-    (out / "_gpucli").mkdir(parents=True)
-    (out / "_gpucli" / "ledger.sqlite").write_bytes(b"not sqlite at all" * 100)
+    out.mkdir()
+    state_of(out).mkdir()
+    (state_of(out) / "ledger.sqlite").write_bytes(b"not sqlite at all" * 100)
     result = runner.invoke(app, ["inspect", str(out)])
     assert result.exit_code == 2 and "cannot read this ledger" in result.stderr
 
@@ -197,7 +211,7 @@ def test_inspect_shows_each_tasks_own_fields(tmp_path):
     out.mkdir()
     table = pa.table({"path": ["a.jpg"], "label": ["tabby"]})
     pq.write_table(table.replace_schema_metadata(meta), out / "part-00000.parquet")
-    make_ledger(out / "_gpucli", {"a.jpg": 1}, settings={"task": "classify", "model": "efficientnet-lite0",
+    make_ledger(state_of(out), {"a.jpg": 1}, settings={"task": "classify", "model": "efficientnet-lite0",
                                                          "info": meta})
     result = runner.invoke(app, ["inspect", str(out)])
     assert result.exit_code == 0, result.output

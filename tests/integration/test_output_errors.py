@@ -109,7 +109,7 @@ def test_a_read_only_state_directory_before_any_work_is_exit_2_naming_it(tree, s
 
 
 def test_a_failures_file_that_cannot_be_written_mid_run_stops_the_run_naming_it(tree, tmp_path, monkeypatch):
-    from gpucli import writer
+    from gpucli import output
 
     root = tree({"ok.txt": "fine\n", "bad.txt": b"\xff\xfe not text"})
     out = tmp_path / "out.parquet"
@@ -118,7 +118,7 @@ def test_a_failures_file_that_cannot_be_written_mid_run_stops_the_run_naming_it(
         with self._named():
             raise OSError(122, "Disk quota exceeded")
 
-    monkeypatch.setattr(writer.FailureLog, "add", full)
+    monkeypatch.setattr(output.FailureLog, "add", full)
     result = invoke_fake(monkeypatch, [str(root), "--out", str(out), "--json"])
     assert result.exit_code == 3, result.output
     errors = error_lines(result)
@@ -128,7 +128,7 @@ def test_a_failures_file_that_cannot_be_written_mid_run_stops_the_run_naming_it(
 
 # --- a damaged ledger ----------------------------------------------------------------------------
 def damage(out: Path) -> Path:
-    ledger = out / "_gpucli" / "ledger.sqlite"
+    ledger = Path(f"{out}.gpucli") / "ledger.sqlite"
     size = ledger.stat().st_size
     with open(ledger, "r+b") as f:
         f.truncate(size // 2)
@@ -211,6 +211,6 @@ def test_a_ledger_io_error_mid_run_names_the_ledger(tree, tmp_path, monkeypatch)
     result = invoke_fake(monkeypatch, [str(root), "--out", str(out), "--json"], part_rows=10, batch_size=10)
     assert result.exit_code == 3, result.output
     errors = error_lines(result)
-    ledger = out / "_gpucli" / "ledger.sqlite"
+    ledger = Path(f"{out}.gpucli") / "ledger.sqlite"
     assert len(errors) == 1 and f"{ledger}: disk I/O error [SQLITE_IOERR_WRITE]" in errors[0], errors
     assert summary_of(result)["exit_code"] == 3

@@ -383,15 +383,22 @@ def make_legacy(ledger: Path, rename=None) -> None:
     db.close()
 
 
+def in_earlier_place(out: Path) -> Path:
+    """A Parquet output's state put where gpucli 0.1 kept it, inside the dataset directory."""
+    os.rename(f"{out}.gpucli", out / "_gpucli")
+    return out / "_gpucli"
+
+
 def test_an_output_of_gpucli_0_1_with_the_same_settings_needs_no_full_after_the_upgrade(tree, tmp_path,
                                                                                        monkeypatch):
     root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
     out = tmp_path / "out.parquet"
     run_fake([root], out, {"sleep_ms": 1})  # 0.1 fingerprinted only the given options
-    make_legacy(out / "_gpucli" / "ledger.sqlite")
+    make_legacy(in_earlier_place(out) / "ledger.sqlite")
     again = run_fake([root], out, {"sleep_ms": 1})
     assert (again.exit_code, again.unchanged, again.succeeded) == (0, 2, 0)
-    db = sqlite3.connect(out / "_gpucli" / "ledger.sqlite")
+    assert not (out / "_gpucli").exists(), "the ledger moved out of the dataset directory"
+    db = sqlite3.connect(Path(f"{out}.gpucli") / "ledger.sqlite")
     meta = dict(db.execute("select key, value from meta"))
     db.close()
     assert meta["schema_version"] == "2" and json.loads(meta["settings"])["options"]["sleep_ms"] == 1
@@ -404,7 +411,7 @@ def test_an_output_of_gpucli_0_1_with_other_settings_still_needs_full(tree, tmp_
     root = tree({"a.txt": "alpha\n"})
     out = tmp_path / "out.parquet"
     run_fake([root], out, before)
-    make_legacy(out / "_gpucli" / "ledger.sqlite")
+    make_legacy(in_earlier_place(out) / "ledger.sqlite")
     with pytest.raises(UsageError, match="--full"):
         run_fake([root], out, after)
 

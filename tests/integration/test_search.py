@@ -90,7 +90,8 @@ def test_query_is_embedded_with_the_query_prompt_the_output_recorded(tmp_path, f
     (lambda d: pq.write_table(pa.table({"a": [1]}), d), "not a gpucli embed output"),
     (lambda d: d.write_text('{"path": "a"}\n'), "not a Parquet output"),
     (lambda d: d.mkdir(), "not a gpucli embed output"),
-    (lambda d: (d / "_gpucli").mkdir(parents=True), "no complete part yet"),
+    (lambda d: d.mkdir() or Path(f"{d}.gpucli").mkdir(), "no complete part yet"),  # its state beside it
+    (lambda d: (d / "_gpucli").mkdir(parents=True), "no complete part yet"),  # inside, as earlier gpucli kept it
     (lambda d: d.mkdir() or (d / ".part-00000.parquet.inprogress").write_bytes(b"PAR1"), "no complete part yet"),
 ])
 def test_not_an_output_is_a_usage_error(tmp_path, make, needle):
