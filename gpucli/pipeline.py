@@ -22,18 +22,16 @@ import gc
 import os
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from gpucli.batching import END, Batcher, BlockQueue
 from gpucli.config import RunConfig
 from gpucli.errors import EXIT_SIGINT, EXIT_SIGTERM, OutputError
+from gpucli.feeding import errors_stop_the_pool, feed
 from gpucli.job import Job
 from gpucli.pool import WorkerPool
 from gpucli.pool_events import BatchesDone, BatchFailed, OutOfMemory, PoolEvent, PoolLog
 from gpucli.progress import Progress, tick
 from gpucli.reader import read_chunks
-from gpucli.records import Batch
 from gpucli.recovery import OomHistory, after_oom
 from gpucli.signals import LoopSignals
 from gpucli.summary import RunSummary
@@ -61,7 +59,6 @@ class Pipeline:
         self.writer: Writer | None = None
         self.queue: BlockQueue | None = None
         self.pruning: asyncio.Future | None = None  # --prune's thread, once the walk is complete
-        self._batch_id = 0
 
     @property
     def summary(self) -> RunSummary:
@@ -142,7 +139,8 @@ class Pipeline:
         if not self.pool.spawned:
             self.pool.spawn()
         self.writer.start()
-        dispatcher = asyncio.ensure_future(self._dispatch())  # fills the workers' Pipes while they load
+        dispatcher = asyncio.ensure_future(feed(self.pool, self.batcher, self.writer, self.config.part_rows,
+                                                lambda: bool(self.signal_received)))  # fills the Pipes while they load
         loading = asyncio.ensure_future(self.pool.start())
         stop = asyncio.ensure_future(self.stop_event.wait())
         try:
@@ -224,34 +222,15 @@ class Pipeline:
         await self.queue.put(END)
 
     # --- dispatcher -------------------------------------------------------------------------
-    async def _dispatch(self) -> None:
-        pool, batcher = self.pool, self.batcher
-        while not self.signal_received:
-            pool.raise_fatal()
-            worker = pool.free_worker()
-            if worker is None:
-                await pool.wait_changed()
-            elif pool.retry:
-                await pool.send(worker, pool.retry.popleft())
-            elif self.writer.busy and self.writer.backlog > 4 * self.config.part_rows:
-                await self.writer.drained(lambda: self.signal_received)  # backpressure: the sink is the slower
-            elif (items := await batcher.next(interrupt=pool.changed())) is not None:
-                self._batch_id += 1
-                await pool.send(worker, Batch(self._batch_id, items))
-            elif batcher.idle() and pool.idle():
-                return
-            elif batcher.idle():
-                await pool.wait_changed()
-
     # --- what the pool tells the run (called on the loop by the pool) -----------------------
     def _on_pool_event(self, event: PoolEvent) -> None:
         match event:
             case BatchesDone(batches=batches):
-                with self._stops_the_run():
+                with errors_stop_the_pool(self.pool):
                     self.job.accounts.outputs_many(batches)
                 self.writer.added()
             case BatchFailed(batch=batch, reason=reason):
-                with self._stops_the_run():
+                with errors_stop_the_pool(self.pool):
                     self.job.accounts.fail_items(batch.items, "infer", reason)
             case OutOfMemory(batch_size=batch_size):
                 self._oom, said = after_oom(self._oom, batch_size)
@@ -260,17 +239,6 @@ class Pipeline:
                     self.progress.log(said + " for this run")
             case PoolLog(message=message):
                 self.progress.log(message)
-
-    @contextmanager
-    def _stops_the_run(self) -> Iterator[None]:
-        """The pool calls `_on_pool_event` from loop callbacks, where an exception would only be logged:
-        an output error on the way (the failures file or the ledger could not be written) is
-        the pool's fatal error, which the dispatcher raises."""
-        try:
-            yield
-        except OutputError as exc:
-            self.pool.fatal = self.pool.fatal or exc
-            self.pool.notify()
 
     # --- stop signals ---------------------------------------------------------------------------
     def _on_signal(self, sig: int) -> None:
