@@ -460,3 +460,156 @@ def test_a_ledger_of_a_newer_gpucli_is_refused(tmp_path):
     with pytest.raises(UsageError, match="newer gpucli"):
         check_settings(ledger, settings, full=True)
     ledger.close()
+
+
+# --- issue 28 item 5: the state of a Parquet output moved out of its dataset directory ----------------
+def invoke_noted(monkeypatch, args: list[str]):
+    """invoke_fake with plain progress, so that the run's notes reach stderr."""
+    import gpucli.config
+
+    build = gpucli.config.build_config
+    monkeypatch.setattr(gpucli.config, "build_config", lambda *a, **k: dataclasses.replace(
+        build(*a, **k), task=FAKE, task_options={}, devices="cpu", progress="plain"))
+    from gpucli.cli import app
+
+    return CliRunner().invoke(app, ["embed", *args])
+
+
+def commit_in_wal(ledger: Path, key: str, value: str) -> None:
+    """A transaction committed to the ledger's -wal and never checkpointed (its writer died)."""
+    code = (f"import os, sqlite3; db = sqlite3.connect({str(ledger)!r}); db.execute('pragma wal_autocheckpoint=0'); "
+            f"db.execute('insert or replace into meta values (?, ?)', ({key!r}, {value!r})); db.commit(); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert Path(f"{ledger}-wal").stat().st_size > 0
+
+
+def meta_of(out: Path) -> dict[str, str]:
+    db = sqlite3.connect(Path(f"{out}.gpucli") / "ledger.sqlite")
+    try:
+        return dict(db.execute("select key, value from meta"))
+    finally:
+        db.close()
+
+
+def test_a_ledger_kept_inside_the_dataset_moves_out_whole_with_its_wal_and_is_said_once(tree, tmp_path,
+                                                                                       monkeypatch):
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    earlier = in_earlier_place(out)
+    commit_in_wal(earlier / "ledger.sqlite", "probe", "only in the -wal")
+    (earlier / "ledger.sqlite.damaged").write_bytes(b"set aside by an earlier --full")
+    (root / "c.txt").write_text("gamma\n")
+    first = invoke_noted(monkeypatch, [str(root), "--out", str(out), "--json"])
+    assert first.exit_code == 0, first.output
+    assert first.stderr.count("moved the ledger and lock") == 1 and str(earlier) in first.stderr
+    assert not earlier.exists() and sorted(os.listdir(out)) == ["part-00000.parquet", "part-00001.parquet"]
+    assert meta_of(out)["probe"] == "only in the -wal"  # the WAL's transaction came along
+    assert Path(f"{out}.gpucli", "ledger.sqlite.damaged").read_bytes() == b"set aside by an earlier --full"
+    assert json.loads(first.stdout)["unchanged"] == 2
+    second = invoke_noted(monkeypatch, [str(root), "--out", str(out)])
+    assert second.exit_code == 0 and "moved the ledger" not in second.stderr
+    assert parquet_rows(out) == expected_rows(root)
+
+
+MOVE_KILLED = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {root!r})
+    import gpucli.state_dir
+    from gpucli.config import RunConfig
+    from gpucli.pipeline import run
+
+    rename = os.rename
+    def killed(source, target):
+        if str(source).endswith("_gpucli"):
+            if {after!r}:
+                rename(source, target)
+            os._exit(9)
+        rename(source, target)
+    gpucli.state_dir.os.rename = killed
+    run(RunConfig(task={task!r}, paths=({src!r},), out={out!r}, devices="cpu", progress="off"))
+""")
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-the-rename", "after-the-rename"])
+def test_a_run_killed_while_it_moves_the_ledger_out_loses_nothing(tree, tmp_path, after):
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    in_earlier_place(out)
+    (root / "c.txt").write_text("gamma\n")
+    script = MOVE_KILLED.format(root=str(ROOT), after=after, task=FAKE, src=str(root), out=str(out))
+    assert subprocess.run([sys.executable, "-c", script], timeout=120).returncode == 9
+    assert (out / "_gpucli").exists() is not after and Path(f"{out}.gpucli").exists() is after
+    again = run_fake([root], out)
+    assert (again.exit_code, again.unchanged, again.succeeded) == (0, 2, 1)
+    assert not (out / "_gpucli").exists() and parquet_rows(out) == expected_rows(root)
+
+
+def test_an_earlier_gpucli_still_writing_the_output_keeps_its_ledger_and_this_run_exits_75(tree, tmp_path):
+    import fcntl
+
+    from gpucli.errors import LockedError
+
+    root = tree({"a.txt": "alpha\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    earlier = in_earlier_place(out)
+    held = os.open(earlier / "lock", os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the earlier gpucli's run holds it
+    try:
+        with pytest.raises(LockedError, match="an earlier gpucli run holds"):
+            run_fake([root], out)
+    finally:
+        os.close(held)
+    assert (earlier / "ledger.sqlite").is_file() and not Path(f"{out}.gpucli").exists()
+    assert run_fake([root], out).unchanged == 1  # once it has ended
+
+
+def test_two_ledgers_one_inside_and_one_beside_are_refused_and_both_kept(tree, tmp_path):
+    root = tree({"a.txt": "alpha\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    earlier = in_earlier_place(out)
+    run_fake([root], tmp_path / "other.parquet")
+    os.rename(tmp_path / "other.parquet.gpucli", f"{out}.gpucli")
+    with pytest.raises(UsageError, match="Keep one"):
+        run_fake([root], out)
+    assert (earlier / "ledger.sqlite").is_file() and Path(f"{out}.gpucli", "ledger.sqlite").is_file()
+
+
+def test_a_state_directory_a_run_left_with_only_its_lock_gives_way_to_the_earlier_ledger(tree, tmp_path):
+    root = tree({"a.txt": "alpha\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    in_earlier_place(out)
+    Path(f"{out}.gpucli").mkdir()
+    Path(f"{out}.gpucli", "lock").write_text("pid 999999 on elsewhere, started long ago\n")
+    assert run_fake([root], out).unchanged == 1
+    assert not (out / "_gpucli").exists()
+
+
+@pytest.mark.parametrize("extra", [{"incremental": False}, {"prune": True}], ids=["full", "prune"])
+def test_full_and_prune_work_from_a_ledger_kept_inside_the_dataset(tree, tmp_path, extra):
+    root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    in_earlier_place(out)
+    (root / "b.txt").unlink()
+    again = run_fake([root], out, **extra)
+    assert again.exit_code == 0
+    assert (again.succeeded, again.pruned) == ((1, 0) if extra.get("incremental") is False else (0, 1))
+    assert parquet_rows(out) == expected_rows(root) and not (out / "_gpucli").exists()
+
+
+def test_full_sets_a_damaged_ledger_kept_inside_the_dataset_aside_beside_it(tree, tmp_path):
+    root = tree({"a.txt": "alpha\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    earlier = in_earlier_place(out)
+    (earlier / "ledger.sqlite").write_bytes(b"not a ledger any more" * 100)
+    with pytest.raises(UsageError, match=r"out\.parquet\.gpucli/ledger\.sqlite is damaged"):
+        run_fake([root], out)  # incremental: named where it now is, and kept
+    assert run_fake([root], out, incremental=False).succeeded == 1
+    assert Path(f"{out}.gpucli", "ledger.sqlite.damaged").read_bytes().startswith(b"not a ledger")
+    assert parquet_rows(out) == expected_rows(root)
