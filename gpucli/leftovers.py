@@ -18,9 +18,13 @@ no live process names them on its command line (Ray's raylet and GCS carry `--te
 `--session-dir`) and they are older than LEGACY_MIN_AGE_S (a run of an old version between
 making the directory and starting Ray).
 
-Parquet `.inprogress` files are swept by the Parquet sink's `open`, beside its ledger, and a
-part a crash left unlisted by the ledger is removed by its `recover` only when its footer says
-gpucli wrote it (`ParquetSink.wrote`): a user's own `part-09999.parquet` is never a leftover.
+Not here, because they belong to one output and are swept under its lock: Parquet
+`.inprogress` files, by the Parquet sink's `open`, in the dataset directory (its ledger and lock
+are beside it, `OUT.parquet.gpucli/`); a part a crash left unlisted by the ledger, by its
+`recover`, only when its footer says gpucli wrote it (`ParquetSink.wrote`): a user's own
+`part-09999.parquet` is never a leftover. A state directory an earlier gpucli left inside a
+dataset (`OUT.parquet/_gpucli/`) is no leftover either: the output's next run moves it out
+(gpucli/state_dir.py).
 """
 
 from __future__ import annotations
