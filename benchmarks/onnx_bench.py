@@ -164,7 +164,8 @@ def classify_bench(args, report: dict) -> None:
     import torch
 
     from gpucli.backends.onnx import OnnxImageClassifier
-    from gpucli.tasks.classify import LITE0, _Lite0, lite0_graph
+    from gpucli.tasks._classifiers import Lite0Adapter as _Lite0
+    from gpucli.tasks.classify import LITE0, lite0_graph
 
     lite0 = _Lite0(LITE0)
     images = sorted(p for p in (ROOT / "sample_data" / "images").iterdir() if p.suffix in (".jpg", ".png"))

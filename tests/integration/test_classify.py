@@ -595,7 +595,8 @@ def test_hugging_face_labels_use_the_first_synonym(tmp_path):
 def test_not_an_image_classifier_is_a_usage_error(tmp_path):
     transformers = pytest.importorskip("transformers")
     transformers.BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2).save_pretrained(tmp_path)
-    with pytest.raises(UsageError, match="not an image classifier"):
+    with pytest.raises(UsageError, match=r"text encoder \(bert\), not a model gpucli classify can run on images; "
+                                         r"for text, use it with `gpucli embed"):
         create_task(TaskSpec("classify", str(tmp_path), {})).open()
 
 

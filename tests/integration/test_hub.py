@@ -462,11 +462,11 @@ def test_classify_default_records_its_package_and_refuses_a_revision():
 
 
 def test_classify_default_refuses_corrupt_weights_at_load(tmp_path, monkeypatch):
-    from gpucli.tasks import classify
+    from gpucli.tasks import _lite0, classify
 
     bad = tmp_path / "efficientnet-lite0-57934424.pth"
     bad.write_bytes(b"not the weights")
-    monkeypatch.setattr(classify, "lite0_weights", lambda: str(bad))
+    monkeypatch.setattr(_lite0, "lite0_weights", lambda: str(bad))
     task = create_task(TaskSpec("classify", classify.LITE0, {}))
     with pytest.raises(UsageError, match="SHA-256 differs"):
         task.setup("cpu")

@@ -485,7 +485,8 @@ def test_onnx_classifier_top1_equals_torch_on_every_sample_image(tmp_path):
     import numpy as np
     import torch
 
-    from gpucli.tasks.classify import LITE0, _Lite0, lite0_graph
+    from gpucli.tasks._classifiers import Lite0Adapter as _Lite0
+    from gpucli.tasks.classify import LITE0, lite0_graph
 
     lite0 = _Lite0(LITE0)
     pixels = np.stack([lite0.prepare(p.read_bytes()) for p in IMAGES]).transpose(0, 3, 1, 2).astype(np.float32)
