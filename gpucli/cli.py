@@ -10,6 +10,9 @@ performance, incremental runs, engine, advanced) so that `embed --help` reads fr
 a user needs first to what they rarely touch. Help texts hold literal brackets
 (`pip install 'gpucli[ray]'`, `[env: GPUCLI_OUT]`) that rich markup would eat: every text
 goes through `escape` (rich's own rule, without importing rich for a run).
+
+Its size (over 400 lines): every command's options, panels, metavars and environment names are
+declared here, as data beside the commands that use them; help layout is gpucli/help.py.
 """
 
 from __future__ import annotations

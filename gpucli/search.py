@@ -8,6 +8,9 @@ or, for an output made before gpucli wrote it, the model's own query prompt; poo
 model's modules as for documents (`gpucli.tasks._st_modules`).
 A Parquet dataset is scanned in record batches with a running top-k (memory bounded by
 one batch, whatever the dataset's size); a Qdrant collection is asked with `query_points`.
+
+Its size (over 400 lines): the three output kinds (Parquet, JSON lines, Qdrant) each need an
+index that reads them, and the rendering fits the terminal; the query's model is the task's own.
 """
 
 from __future__ import annotations

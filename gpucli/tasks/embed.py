@@ -5,6 +5,10 @@ windows of the model's maximum length with overlap, recording char offsets: long
 documents are chunked, never silently truncated. Workers get token ids and run the model,
 then pool and normalise as the model's sentence-transformers modules say (`_st_modules`):
 the vectors equal `SentenceTransformer(dir).encode_document(texts)`.
+
+Its size (over 400 lines): one file per task (STYLE.md) holds its options, model resolution,
+preparation, `setup`, `predict` and rows; tokenizing, windows, the unknown-token rule, documents
+and host policies are the `_` modules beside it.
 """
 
 from __future__ import annotations

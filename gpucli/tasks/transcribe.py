@@ -10,6 +10,9 @@ recording's own time.
 
 Whisper decoding matches `BatchedInferencePipeline.transcribe(audio, beam_size=5,
 vad_filter=True)`: same decoder, VAD settings, chunking, prompt and search options.
+
+Its size (over 400 lines): one file per task holds its options, both decoders' resolution and
+Whisper's decoding set-up; audio decoding and VAD are tasks/_audio.py, funasr tasks/_funasr.py.
 """
 
 from __future__ import annotations
