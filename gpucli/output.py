@@ -138,11 +138,9 @@ class Output:
     def _move_earlier_state(self) -> None:
         """Said once, in the run's log; an OS error of the move is the output refused (exit 2)."""
         try:
-            note = self.sink.move_earlier_state()
+            self.notices.extend(note for note in [self.sink.move_earlier_state()] if note)
         except OutputError as exc:  # NamedErrors: an OSError of the sink, named
             raise UsageError(f"--out {self.display}: cannot use it: {exc.cause} ({exc.path})") from None
-        if note:
-            self.notices.append(note)
 
     def _open(self, schema: Any, metadata: dict[str, str], settings: dict[str, Any]) -> None:
         self.lock.acquire(self.sink.display)
