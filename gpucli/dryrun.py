@@ -17,6 +17,7 @@ from gpucli.job import Job
 from gpucli.keys import split_key
 from gpucli.ledger_view import ReadOnlyLedger
 from gpucli.sinks import open_sink
+from gpucli.state_dir import LEDGER, ledger_dir, own_paths
 from gpucli.summary import RunSummary
 
 
@@ -24,13 +25,13 @@ def dry_run(config: RunConfig) -> RunSummary:
     job = Job(config)
     sink = open_sink(config.out or f"{job.task_cls.name}.parquet", state_dir=config.state_dir)
     try:
-        known = ReadOnlyLedger(sink.state_dir / "ledger.sqlite")
+        known = ReadOnlyLedger(ledger_dir(sink) / LEDGER)  # where it is now, or where an earlier gpucli kept it
     except OutputError as exc:  # damaged or unreadable: named, with what to do
         raise UsageError(f"its ledger {exc}") from None
     summary = job.summary
     summary.out, summary.dry_run = sink.display, True
     seen = set()
-    own = [str(p) for p in (sink.target, sink.failures_path, sink.state_dir)]
+    own = own_paths(sink)
     for found in job.walk(exclude=own):
         if found.failure is not None:
             _say(found.failure.path, "skip" if found.failure.stage == "skip" else "fail", found.failure.error)

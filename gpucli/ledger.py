@@ -1,8 +1,9 @@
 """What a cron run needs to do only new work: the ledger of inputs, and its decision per input.
 
-The ledger is SQLite in the sink's state directory (for a Parquet dataset, `DIR/_gpucli/`,
-which dataset readers ignore). Per input path: size, mtime_ns, content hash, status, and the
-location (part file) holding its current rows. The rules that keep the output exact:
+The ledger is SQLite in the sink's state directory (beside the output: `OUT.parquet.gpucli/`,
+`OUT.jsonl.gpucli/`; gpucli/state_dir.py, which also moves it from where earlier versions kept
+it). Per input path: size, mtime_ns, content hash, status, and the location (part file) holding
+its current rows. The rules that keep the output exact:
 
 * An input is marked done only after the part holding its rows is durable (renamed and
   fsynced). A part on disk that the ledger does not list was left by a crash between the

@@ -8,7 +8,7 @@ whole: pyarrow, pandas, polars (`read_parquet` and `scan_parquet` on the directo
 
 Earlier gpucli kept a Parquet output's state inside the dataset directory (`OUT.parquet/_gpucli/`:
 `Sink.earlier_state_dirs`). Until a run moves it, whatever only reads the ledger (what the output
-was made with, `inspect`, `search`) finds it there (`ledger_dir`). The next run moves
+was made with, `inspect`, `search`, `--dry-run`) finds it there (`ledger_dir`). The next run moves
 it (`adopt`) before it takes its lock: holding the earlier lock (an earlier gpucli still writing
 the output refuses the move, exit 75), one `rename` of the whole directory, so the ledger goes with
 its `-wal` and `-shm`, its lock and a ledger set aside as damaged; a kill leaves the state in one

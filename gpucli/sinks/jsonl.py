@@ -25,7 +25,7 @@ from pathlib import Path
 from gpucli.errors import UsageError
 from gpucli.keys import row_key
 from gpucli.sinks.base import Rewrite, Sink
-from gpucli.sinks.parquet import fsync_dir
+from gpucli.state_dir import fsync_dir
 
 RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 

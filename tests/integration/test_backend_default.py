@@ -30,7 +30,7 @@ def test_a_qdrant_server_output_is_read_from_where_an_earlier_gpucli_kept_its_le
 
 # --- reading what an output was made with -----------------------------------------------------------
 def test_made_with_reads_the_ledger_without_creating_anything(tmp_path):
-    state = tmp_path / "out.parquet" / "_gpucli"
+    state = tmp_path / "out.parquet.gpucli"
     assert made_with(state) is None and not state.exists()  # a new output: nothing made by looking
     ledger = Ledger(state, "0.1.0")
     assert made_with(state) is None  # a ledger with no settings yet: still a new output

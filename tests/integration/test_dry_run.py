@@ -67,3 +67,17 @@ def test_a_dry_run_leaves_the_output_directory_byte_identical(tree, tmp_path, ca
     before = _snapshot(out)
     assert actions(capsys, root, out, prune=True) == {"a.txt": "unchanged", "b.txt": "unchanged", "c.txt": "run"}
     assert _snapshot(out) == before
+
+
+@pytest.mark.slow
+def test_a_dry_run_reads_an_output_an_earlier_gpucli_made_with_its_state_inside_and_moves_nothing(tree, tmp_path,
+                                                                                                  capsys):
+    """Before the state moved beside the dataset (`OUT.parquet/_gpucli/`): the dry run reads the
+    ledger where it is and leaves it there; the next real run moves it."""
+    root = tree({"a.txt": "one\n", "b.txt": "two\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    beside, inside = tmp_path / "out.parquet.gpucli", out / "_gpucli"
+    os.rename(beside, inside)  # the layout of gpucli before the move
+    assert actions(capsys, root, out) == {"a.txt": "unchanged", "b.txt": "unchanged"}
+    assert inside.is_dir() and not beside.exists(), "a dry run moves nothing"

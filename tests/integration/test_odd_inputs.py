@@ -63,7 +63,7 @@ def test_names_that_are_not_utf8_and_other_odd_names_are_inputs_and_rerun_unchan
     good = ["caf\\xe9.txt", "d\\xe9j\\xe0/inner.txt", "new\nline.txt", "sp ace 中文.txt"]
     assert sorted(r["path"] for r in rows(out)) == good
     assert [(f["path"], f["stage"]) for f in failures(first)] == [("bad \\xff\\xfe.txt", "decode")]
-    state = out / "_gpucli" if suffix == ".parquet" else Path(str(out) + ".gpucli")
+    state = Path(str(out) + ".gpucli")  # beside the output, whatever its kind
     ledger = Ledger(state)
     try:
         assert {p: k.status.stored for p, k in ledger.lookup(good + ["bad \\xff\\xfe.txt"]).items()} == \

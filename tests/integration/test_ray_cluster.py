@@ -70,7 +70,7 @@ def rows(out: Path) -> dict[tuple[str, int], dict]:
 
 
 def ledger(out: Path) -> dict[str, str]:
-    with sqlite3.connect(f"file:{out / '_gpucli' / 'ledger.sqlite'}?mode=ro", uri=True) as db:
+    with sqlite3.connect(f"file:{Path(f'{out}.gpucli') / 'ledger.sqlite'}?mode=ro", uri=True) as db:
         return dict(db.execute("select path, status from files"))
 
 

@@ -171,6 +171,6 @@ def _write_synced(path: Path, text: str) -> None:
 
 
 def _fsync(path: Path) -> None:
-    from gpucli.sinks.parquet import fsync_dir
+    from gpucli.state_dir import fsync_dir
 
     fsync_dir(path)
