@@ -263,6 +263,8 @@ class Job:
         self._stop_count.set()
         try:
             self.output.close(written)
+            if self._found_nothing() and not self.summary.failed and not self.summary.skipped:
+                self.output.discard()  # a mistaken path leaves no empty output behind
         finally:
             counts = self.counts_now()
             counts.ended = True  # the last line: what was written, nothing queued or in flight
@@ -292,6 +294,23 @@ class Job:
         s.exit_code = error.exit_code if error is not None else self._exit_code(stopping)
         return s
 
+    def _found_nothing(self) -> bool:
+        """No input under the roots given, and the user did not say that is expected."""
+        return self.counts.found == 0 and not (self.config.allow_empty or self.config.prune_all)
+
+    def _nothing_found(self) -> str:
+        """Why nothing was found, and what to do: files were there but none the task reads (its
+        suffixes, or --include), or the roots were empty (an unmounted share looks so)."""
+        where = ", ".join(self.config.paths) or self.config.from_table
+        seen = self.report.passed_over
+        if seen:
+            takes = "files matching --include" if self.config.include else \
+                f"files ending {', '.join(self.task_cls.suffixes)}"
+            return (f"found no input under {where}: the walk saw {seen} file(s), none of them {takes}, which "
+                    f"{self.task_cls.name} reads; pass --include 'GLOB' to read others (nothing was written)")
+        return (f"found no input under {where}: nothing to do (an empty or unmounted directory?); pass "
+                "--allow-empty when that is expected (nothing was written)")
+
     def _exit_code(self, stopping: int) -> int:
         """Interrupted: 130/143. A run that found no input under the roots given: 3 (an unmounted
         share looks like this) unless --allow-empty (or --prune-all, which says the root is empty on purpose). Failed inputs: 1 by --fail-on (new: only
@@ -299,9 +318,8 @@ class Job:
         s = self.summary
         if stopping:
             return EXIT_SIGTERM if stopping == signal.SIGTERM else EXIT_SIGINT
-        if self.counts.found == 0 and not (self.config.allow_empty or self.config.prune_all):
-            self.progress.log(f"found no input under {', '.join(self.config.paths)}: nothing to do (an empty or "
-                              "unmounted directory?); pass --allow-empty when that is expected")
+        if self._found_nothing():
+            self.progress.log(self._nothing_found())
             return EXIT_RUN_FAILED
         failing = {"any": s.failed, "new": s.failed - s.failed_known, "never": 0}[self.config.fail_on]
         return EXIT_FAILED if failing else EXIT_OK

@@ -99,6 +99,7 @@ class Output:
         self.failures: FailureLog | None = None
         self.pruned: set[str] = set()
         self.notices: list[str] = []  # for the run's log (Job.open)
+        self._made: tuple[list[Path], list[Path]] = ([], [])  # directories and files this run's open created
 
     @property
     def display(self) -> str:
@@ -122,8 +123,10 @@ class Output:
         self._move_earlier_state()
         refuse_foreign(self.sink)
         created = missing_dirs(self.sink)
+        new_files = [Path(p) for p in (self.sink.target, self.sink.failures_path) if not os.path.lexists(p)]
         try:
             self._open(schema, metadata, settings)
+            self._made = (created, new_files)
         except BaseException as exc:
             if created and not isinstance(exc, LockedError):  # a lock held by another: its files, not ours
                 remove_created(self.sink.state_dir, created)
@@ -210,6 +213,19 @@ class Output:
                 first = first or (os_error(exc, str(self.lock.path)) if isinstance(exc, OSError) else exc)
         if first is not None:
             raise first
+
+    def discard(self) -> None:
+        """After `close`, for a run that found no input: take back what its open created (a new
+        output's directories, its empty files, its lock and ledger), so that a mistaken path
+        leaves nothing behind. Anything with content stays."""
+        created, new_files = self._made
+        for path in new_files:
+            try:
+                if path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
+                    path.unlink()
+            except OSError:
+                pass
+        remove_created(self.sink.state_dir, created)
 
     def _remove_stale(self, ledger: Ledger) -> None:
         stale = ledger.stale()

@@ -65,6 +65,7 @@ class WalkReport:
     unlisted: list[str] = field(default_factory=list)  # directories (a root included) that could not be listed
     empty_roots: list[str] = field(default_factory=list)  # root directories under which the walk found nothing
     complete: bool = False  # the walk ran to its end: an interrupted walk prunes nothing
+    passed_over: int = 0  # files the walk saw that the task does not read (suffixes, --include, --exclude)
 
     def may_prune(self, path: str, allow_empty: bool = False) -> bool:
         """Whether a path this walk did not find is known to be gone."""
@@ -220,6 +221,7 @@ class _Walker:
                 continue
             rel = prefix + name
             if not (name.lower().endswith(by_suffix) if by_suffix else wants(rel)):
+                self.report.passed_over += 1
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -291,6 +293,7 @@ class _Walker:
 
     def _file(self, path: str, rel: str, explicit: bool, alias: bool = False) -> Iterator[Found]:
         if not explicit and not self.flt.wants(rel):
+            self.report.passed_over += 1
             return
         try:
             st = os.stat(path)

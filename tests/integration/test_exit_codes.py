@@ -41,3 +41,50 @@ def test_an_unchanged_rerun_is_not_empty_and_the_summary_says_when_and_where(tre
     assert rerun.exit_code == EXIT_OK and rerun.unchanged == 1
     data = first.to_dict()
     assert data["version"] and data["started_at"] <= data["finished_at"] and data["devices"] == ["cpu"]
+
+
+def _no_input_line(capsys) -> str:
+    return next(line for line in capsys.readouterr().err.splitlines() if "found no input" in line)
+
+
+@pytest.mark.parametrize("out_name", ["out.parquet", "out.jsonl"])
+def test_a_tree_with_files_but_none_the_task_reads_says_so_and_leaves_nothing_behind(tree, tmp_path, capsys,
+                                                                                    out_name):
+    """`transcribe docs/` found 39 files, none audio: the line says how many it saw and what the
+    task reads, and no empty output is left to be mistaken for a result."""
+    from gpucli.config import RunConfig
+    from gpucli.pipeline import run
+    from tests.fake_task import FAKE
+
+    root = tree({"a.md": "one\n", "b.pdf": "two\n", "sub/c.csv": "x\n"})
+    out = tmp_path / out_name
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(out), progress="plain", devices="cpu")
+    summary = run(config)
+    assert summary.exit_code == EXIT_RUN_FAILED
+    line = _no_input_line(capsys)
+    assert "the walk saw 3 file(s)" in line and "files ending .txt" in line and "--include" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"], "no output, state or failures file"
+
+
+def test_an_empty_root_says_it_may_be_unmounted_and_leaves_nothing_behind(tmp_path, capsys):
+    from gpucli.config import RunConfig
+    from gpucli.pipeline import run
+    from tests.fake_task import FAKE
+
+    empty = tmp_path / "mnt"
+    empty.mkdir()
+    config = RunConfig(task=FAKE, paths=(str(empty),), out=str(tmp_path / "out.parquet"), progress="plain",
+                       devices="cpu")
+    assert run(config).exit_code == EXIT_RUN_FAILED
+    assert "unmounted" in _no_input_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mnt"]
+
+
+def test_an_existing_output_keeps_everything_when_a_rerun_finds_nothing(tree, tmp_path):
+    root = tree({"a.txt": "one\n"})
+    out = tmp_path / "out.parquet"
+    run_fake([root], out)
+    (root / "a.txt").unlink()
+    before = sorted(p.name for p in out.iterdir())
+    assert run_fake([root], out).exit_code == EXIT_RUN_FAILED
+    assert sorted(p.name for p in out.iterdir()) == before and (tmp_path / "out.parquet.gpucli").is_dir()
