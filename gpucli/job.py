@@ -263,8 +263,10 @@ class Job:
         self._stop_count.set()
         try:
             self.output.close(written)
-            if self._found_nothing() and not self.summary.failed and not self.summary.skipped:
-                self.output.discard()  # a mistaken path leaves no empty output behind
+            if self.counts.walk_done and self._found_nothing() and not self.summary.failed \
+                    and not self.summary.skipped:
+                self.output.discard()  # a mistaken path leaves no empty output behind (a run that ended,
+                # not one stopped or failed: its ledger may hold what the next run needs, e.g. attempts)
         finally:
             counts = self.counts_now()
             counts.ended = True  # the last line: what was written, nothing queued or in flight
