@@ -151,33 +151,28 @@ class WindowBlock:
         self.text: list[str] = []
 
     def add(self, source_id: int, doc: Document, ids: Any, offsets: Any) -> None:
-        text = doc.text
+        """One document's windows. A text that fits one window may come with only its first and
+        last offsets (tasks/_tokens.py), so its span is read from the ends of `offsets`."""
         if len(ids) <= self.window:  # one window: most files of a tree of short texts
-            first, last = int(offsets[0][0]), int(offsets[-1][1])
-            self.sources.append(source_id)
-            self.index.append(0)
-            self.starts.append(self.size)
-            self.lengths.append(len(ids))
-            self.page.append((doc.page_at(first) or 0) if doc.pages else 0)
-            self.char_start.append(first)
-            self.char_end.append(last)
-            self.text.append(text[first:last])
-            self.ids.append(ids)
-            self.size += len(ids)
-            return
-        # at paragraph, sentence or word boundaries (tasks/_chunking.py)
-        for number, (start, end) in enumerate(text_windows(text, offsets, self.window, self.overlap)):
-            first, last = int(offsets[start][0]), int(offsets[end - 1][1])
-            self.sources.append(source_id)
-            self.index.append(number)
-            self.starts.append(self.size + start)
-            self.lengths.append(end - start)
-            self.page.append((doc.page_at(first) or 0) if doc.pages else 0)
-            self.char_start.append(first)
-            self.char_end.append(last)
-            self.text.append(text[first:last])
+            self._window(source_id, doc, 0, 0, len(ids), int(offsets[0][0]), int(offsets[-1][1]))
+        else:  # at paragraph, sentence or word boundaries (text_windows above)
+            for number, (start, end) in enumerate(text_windows(doc.text, offsets, self.window, self.overlap)):
+                self._window(source_id, doc, number, start, end - start, int(offsets[start][0]),
+                             int(offsets[end - 1][1]))
         self.ids.append(ids)
         self.size += len(ids)
+
+    def _window(self, source_id: int, doc: Document, number: int, start: int, length: int, first: int,
+                last: int) -> None:
+        """One row's columns: its tokens are `length` from `start` of the document's ids."""
+        self.sources.append(source_id)
+        self.index.append(number)
+        self.starts.append(self.size + start)
+        self.lengths.append(length)
+        self.page.append((doc.page_at(first) or 0) if doc.pages else 0)
+        self.char_start.append(first)
+        self.char_end.append(last)
+        self.text.append(doc.text[first:last])
 
     def block(self, extra_cost: int) -> Items | None:
         if not self.sources:
