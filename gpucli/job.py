@@ -305,11 +305,14 @@ class Job:
         suffixes, or --include), or the roots were empty (an unmounted share looks so)."""
         where = ", ".join(self.config.paths) or self.config.from_table
         seen = self.report.passed_over
+        if seen and self.config.include:
+            globs = " ".join(f"--include {g!r}" for g in self.config.include)
+            return (f"found no input under {where}: the walk saw {seen} file(s), none matching {globs}; check the "
+                    "glob (it matches the path under the root or the file name) (nothing was written)")
         if seen:
-            takes = "files matching --include" if self.config.include else \
-                f"files ending {', '.join(self.task_cls.suffixes)}"
-            return (f"found no input under {where}: the walk saw {seen} file(s), none of them {takes}, which "
-                    f"{self.task_cls.name} reads; pass --include 'GLOB' to read others (nothing was written)")
+            return (f"found no input under {where}: the walk saw {seen} file(s), none of them files ending "
+                    f"{', '.join(self.task_cls.suffixes)}, which {self.task_cls.name} reads; pass --include 'GLOB' "
+                    "to read others (nothing was written)")
         return (f"found no input under {where}: nothing to do (an empty or unmounted directory?); pass "
                 "--allow-empty when that is expected (nothing was written)")
 

@@ -88,3 +88,16 @@ def test_an_existing_output_keeps_everything_when_a_rerun_finds_nothing(tree, tm
     before = sorted(p.name for p in out.iterdir())
     assert run_fake([root], out).exit_code == EXIT_RUN_FAILED
     assert sorted(p.name for p in out.iterdir()) == before and (tmp_path / "out.parquet.gpucli").is_dir()
+
+
+def test_no_input_through_include_names_the_globs_that_matched_nothing(tree, tmp_path, capsys):
+    from gpucli.config import RunConfig
+    from gpucli.pipeline import run
+    from tests.fake_task import FAKE
+
+    root = tree({"a.txt": "one\n"})
+    config = RunConfig(task=FAKE, paths=(str(root),), out=str(tmp_path / "out.parquet"), progress="plain",
+                       devices="cpu", include=("*.md",))
+    assert run(config).exit_code == EXIT_RUN_FAILED
+    line = _no_input_line(capsys)
+    assert "saw 1 file(s), none matching --include '*.md'" in line, line
