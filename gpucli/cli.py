@@ -493,7 +493,9 @@ def models_table(rows: list[dict[str, Any]], console: Any = None) -> None:
 SEARCH_HELP = ("Show the chunks of an embed output nearest to QUERY (cosine similarity).\n\n"
                "\b\nExamples:\n"
                "  gpucli search \"how do bees make honey\" --in embed.parquet\n"
-               "  gpucli search \"tidal forces\" --in qdrant:./qdrant_data/docs -k 3 --json\n\n"
+               "  gpucli search \"tidal forces\" --in qdrant:./qdrant_data/docs -k 3 --json\n"
+               "  gpucli search \"a red car at night\" --in photos.parquet   # made with an image-text model\n"
+               "  gpucli search --image query.jpg --in photos.parquet\n\n"
                "The query is embedded with the model the output was made with (named in its metadata). A Parquet "
                "dataset or a JSON lines file is scanned in batches with bounded memory; Qdrant searches itself.")
 SEARCH_EXIT = ("Exit codes: 0 done; 1 the search failed (e.g. Qdrant unreachable); 2 bad usage or not an embed "
@@ -509,19 +511,22 @@ INSPECT_EXIT = "Exit codes: 0 done; 2 not a gpucli output (or unreadable); 3 int
 
 @app.command(cls=PlainCommand, help=escape(SEARCH_HELP), epilog=escape(SEARCH_EXIT))
 def search(
-    query: Annotated[str, typer.Argument(help="What to look for, in words.", show_default=False, metavar="QUERY")],
     source: Annotated[str, typer.Option("--in", "-i", show_default=False, metavar="PATH|URL",
                                         help="An embed output: DIR.parquet, FILE.jsonl, "
                                              "qdrant://HOST:PORT/COLLECTION or qdrant:PATH/COLLECTION.")],
+    query: Annotated[str, typer.Argument(help="What to look for, in words.", show_default=False, metavar="QUERY")] = "",
     k: Annotated[int, typer.Option("-k", "--top-k", help="How many chunks to show.", metavar="INTEGER")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object per hit on stdout (rank, score, path, "
                                                           "chunk, char_start, char_end, text).")] = False,
+    image: Annotated[str, typer.Option("--image", metavar="FILE", show_default=False,
+                                       help="Look for what is nearest to this image instead of words (an output "
+                                            "made with an image-text model: CLIP, SigLIP).")] = "",
 ) -> None:
     """The nearest chunks (help: SEARCH_HELP)."""
     with _exit_codes():
         from gpucli import search as searching
 
-        result = searching.search(source, query, k)
+        result = searching.search(source, query, k, image)
         searching.render(result, json_out)
 
 

@@ -136,8 +136,9 @@ class Job:
         out = self.config.out or default_out(self.task_cls.name)
         self.output = Output(out, self.config.incremental, state_dir=getattr(self.config, "state_dir", ""))
         self.spec = backend_default(self.spec, self.task_cls, self.config, self.output.made_with(), out)
-        self.task = self.task_cls(self.spec)
         with download_progress_hidden(self.config.quiet or self.config.progress == "off"):
+            self.task_cls = self.task_cls.variant(self.spec)  # embed with an image-text model reads images too
+            self.task = self.task_cls(self.spec)
             self.task.open()
         self.spec = self.task.spec  # the backend the task resolved (issue 16): the workers run that, not auto
         quiet_parent_torch()

@@ -27,6 +27,7 @@ from gpucli.sinks.qdrant import Connection, is_qdrant, parse_target, vector_para
 from gpucli.terminal import cut, fit, width_of
 
 BATCH_ROWS = 16_384
+HIT_COLUMNS = ("path", "chunk", "page", "text", "char_start", "char_end", "modality")  # what a hit shows
 SNIPPET_CHARS = 100
 
 
@@ -39,9 +40,18 @@ class Hit:
     char_start: int | None = None
     char_end: int | None = None
     page: int | None = None  # the PDF page or slide, from 1; None where the format has none
+    modality: str | None = None  # "image" or "text" in an output of an image-text model; None otherwise
 
     def to_dict(self, rank: int) -> dict[str, Any]:
-        return {"rank": rank, **asdict(self), "score": round(self.score, 6)}
+        row = {"rank": rank, **asdict(self), "score": round(self.score, 6)}
+        if self.modality is None:  # an output of a text model: its hits have no modality
+            del row["modality"]
+        return row
+
+    @property
+    def shown(self) -> str:
+        """The hit's text, or what stands for an image."""
+        return "(image)" if self.modality == "image" else self.text
 
 
 @dataclass
@@ -54,25 +64,30 @@ class SearchResult:
     search_s: float
 
 
-def search(where: str, query: str, k: int = 10) -> SearchResult:
-    """Open the output, embed the query with its model, and return the k nearest chunks. A
-    server that stays unreachable is the search's failure (exit 1, `search --help`), not a
-    run's (the sinks' RunFailedError, exit 3)."""
+def search(where: str, query: str, k: int = 10, image: str = "") -> SearchResult:
+    """Open the output, embed the query with its model (the words of `query`, or the image file
+    `image` for an output of an image-text model), and return the k nearest chunks. A server
+    that stays unreachable is the search's failure (exit 1, `search --help`), not a run's (the
+    sinks' RunFailedError, exit 3)."""
     try:
-        return _search(where, query, k)
+        return _search(where, query, k, image)
     except RunFailedError as exc:
         raise GpucliError(str(exc)) from None
 
 
-def _search(where: str, query: str, k: int) -> SearchResult:
+def _search(where: str, query: str, k: int, image: str = "") -> SearchResult:
     if k < 1:
         raise UsageError("-k must be at least 1")
-    if not query.strip():
-        raise UsageError("the query is empty; give some words to look for")
+    if image and query.strip():
+        raise UsageError("give a QUERY in words or --image FILE, not both")
+    if not image and not query.strip():
+        raise UsageError("the query is empty; give some words to look for (or --image FILE)")
+    data = _image_bytes(image) if image else b""
     index = open_index(where)
     try:
         t0 = time.perf_counter()
-        vector = embed_query(index.model, query, index.query_prompt)
+        vector = embed_image_query(index.model, data, image) if image else embed_query(index.model, query,
+                                                                                       index.query_prompt)
         if vector.shape[0] != index.dims:
             raise UsageError(f"--in {index.display}: model {index.model!r} now makes {vector.shape[0]}-d vectors, "
                              f"but the output holds {index.dims}-d ones")
@@ -105,11 +120,8 @@ def embed_queries(model: str, queries: list[str], prompt: str | None = None) -> 
     import numpy as np
 
     from gpucli.records import Source
-    from gpucli.tasks import TaskSpec
-    from gpucli.tasks.embed import EmbedTask
 
-    task = EmbedTask(TaskSpec("embed", model))
-    task.open()
+    task = _query_task(model)
     task.setup("cpu")
     task.use_prompt(task.prompts.query if prompt is None else prompt)  # after setup, which sets the document's
     vectors = []
@@ -123,6 +135,42 @@ def embed_queries(model: str, queries: list[str], prompt: str | None = None) -> 
         vector = np.asarray(task.predict(block.payload), dtype=np.float32).mean(axis=0)
         vectors.append(vector / max(float(np.linalg.norm(vector)), 1e-12))
     return vectors
+
+
+def _query_task(model: str) -> Any:
+    """embed's task for `model`, loaded in this process: its image-text variant for CLIP or SigLIP
+    (whose text tower embeds words into the images' space), else the text task."""
+    from gpucli.tasks import TaskSpec
+    from gpucli.tasks.embed import EmbedTask
+
+    spec = TaskSpec("embed", model)
+    task = EmbedTask.variant(spec)(spec)
+    task.open()
+    return task
+
+
+def embed_image_query(model: str, data: bytes, name: str = "<image>") -> Any:
+    """The unit vector of one image, by the image tower of the output's image-text model."""
+    import numpy as np
+
+    task = _query_task(model)
+    if not hasattr(task, "query_image"):
+        raise UsageError(f"--image: the output was made with {model!r}, a text model with no image tower; search "
+                         "by image needs an output made with an image-text model (CLIP, SigLIP: `gpucli embed DIR "
+                         "--model openai/clip-vit-base-patch32`)")
+    task.setup("cpu")
+    try:
+        vector = np.asarray(task.query_image(data), dtype=np.float32)
+    except InputError as exc:
+        raise UsageError(f"--image {name}: {exc}") from None
+    return vector / max(float(np.linalg.norm(vector)), 1e-12)
+
+
+def _image_bytes(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--image {path}: cannot read it ({exc.strerror or type(exc).__name__})") from None
 
 
 # --- Parquet: streamed brute force ------------------------------------------------------------
@@ -146,7 +194,7 @@ class ParquetIndex:
         meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
         self.model = meta.get("gpucli.model", "")
         self.query_prompt = meta.get("gpucli.query_prompt")  # None: an output made before prompts were recorded
-        self.columns = [c for c in ("path", "chunk", "page", "text", "char_start", "char_end") if c in schema.names]
+        self.columns = [c for c in HIT_COLUMNS if c in schema.names]
         if not self.model or "embedding" not in schema.names or "path" not in schema.names:
             raise UsageError(f"--in {where}: not a gpucli embed output (no gpucli.model metadata or no "
                              "embedding column); make one with `gpucli embed DIR --out OUT.parquet`")
@@ -263,8 +311,7 @@ def _json_row(line: bytes) -> dict | None:
 def _record_batch(rows: list[dict]) -> Any:
     import pyarrow as pa
 
-    keys = ("path", "chunk", "page", "text", "char_start", "char_end")
-    return pa.RecordBatch.from_pylist([{key: row.get(key) for key in keys} for row in rows])
+    return pa.RecordBatch.from_pylist([{key: row.get(key) for key in HIT_COLUMNS} for row in rows])
 
 
 def _ledger_info(where: str) -> dict[str, str]:
@@ -324,7 +371,7 @@ class TopK:
         rows = batch.select([c for c in batch.schema.names if c != "embedding"]).take(picked).to_pylist()
         for i, row in zip(picked, rows):
             self.best.append(Hit(float(scores[i]), row["path"], int(row.get("chunk") or 0), row.get("text") or "",
-                                 row.get("char_start"), row.get("char_end"), row.get("page")))
+                                 row.get("char_start"), row.get("char_end"), row.get("page"), row.get("modality")))
         self.best.sort(key=lambda h: (-h.score, h.path, h.chunk))
         del self.best[self.k:]
 
@@ -369,7 +416,8 @@ class QdrantIndex:
         for point in response.points:
             p = point.payload or {}
             hits.append(Hit(float(point.score), str(p.get("path", "")), int(p.get("chunk") or 0),
-                            str(p.get("text") or ""), p.get("char_start"), p.get("char_end"), p.get("page")))
+                            str(p.get("text") or ""), p.get("char_start"), p.get("char_end"), p.get("page"),
+                            p.get("modality")))
         return hits
 
     def close(self) -> None:
@@ -388,7 +436,7 @@ def render(result: SearchResult, as_json: bool, console: Any = None) -> None:
     else:
         for hit in result.hits:
             page = "" if hit.page is None else hit.page
-            print(f"{hit.score:.4f}\t{hit.path}\t{hit.chunk}\t{page}\t{snippet(hit.text)}")
+            print(f"{hit.score:.4f}\t{hit.path}\t{hit.chunk}\t{page}\t{snippet(hit.shown)}")
     scanned = f"{result.rows_scanned} rows scanned, " if result.rows_scanned is not None else ""
     print(fit(f"gpucli search: {len(result.hits)} hits from {result.source} (model {result.model}; {scanned}"
               f"query embedded in {result.embed_s:.2f}s, searched in {result.search_s:.3f}s)", width_of(sys.stderr)),
@@ -409,7 +457,7 @@ def _table(result: SearchResult, console: Any = None) -> None:
     for rank, hit in enumerate(result.hits, 1):
         where = f"{hit.path}  (chunk {hit.chunk}" + (f", page {hit.page}" if hit.page is not None else "") + ")"
         console.print(Text(_folded(f"{rank:>3}. {hit.score:.4f}  ", where, width)), soft_wrap=True)
-        console.print(Text("     " + cut(hit.text, width - 5), style="dim"), soft_wrap=True)
+        console.print(Text("     " + cut(hit.shown, width - 5), style="dim"), soft_wrap=True)
 
 
 def _folded(prefix: str, text: str, width: int) -> str:

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 # MPO is how Pillow opens many camera JPEGs; AVIF is there when Pillow was built with it.
 FORMATS = ("JPEG", "MPO", "PNG", "WEBP", "GIF", "BMP", "DIB", "TIFF", "PPM", "TGA", "ICO", "AVIF")
 
+# File suffixes of images, as classify (and embed with an image-text model) find them in a tree
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 WHITE = (255, 255, 255)
 _ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
 _WIDE_GREY_MODES = {"I", "I;16", "I;16L", "I;16B", "I;16N", "F"}

@@ -101,6 +101,13 @@ class Task:
         """The format an input at `path` is read as, for `--dry-run` (None: the task has one)."""
         return None
 
+    @classmethod
+    def variant(cls, spec: TaskSpec, in_worker: bool = False) -> type[Task]:
+        """The class that runs `spec`: this one, or a variant for the model it names (embed with
+        an image-text model reads images too). Called before the task is built, in every process
+        that builds one (`create_task`); `in_worker` where the parent has resolved the model."""
+        return cls
+
     def reader_processes(self, cores: int, devices: list[str]) -> int:
         """Reader processes by default on a host with `cores` whose workers run on `devices`
         (0 = read in threads). Called on the opened task. A task whose `prepare` is CPU work in

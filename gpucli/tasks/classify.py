@@ -23,7 +23,7 @@ from gpucli.errors import UsageError
 from gpucli.hub import WEIGHT_SUFFIXES
 from gpucli.records import Item, Source
 from gpucli.tasks._classifiers import Lite0Adapter, adapter_for, torch_dtype
-from gpucli.tasks._images import ShmBatch, ShmPool, read_batch, stack
+from gpucli.tasks._images import IMAGE_SUFFIXES, ShmBatch, ShmPool, read_batch, stack
 from gpucli.tasks._lite0 import (
     LITE0,
     LITE0_CODE,
@@ -80,7 +80,7 @@ class ClassifyTask(Task):
         "gpucli classify photos/ --out labels.jsonl --top-k 3 --devices cuda:0,1\n"
         "gpucli classify photos/ --model ./my-vit-finetune --out labels.parquet"
     )
-    suffixes: ClassVar[tuple[str, ...]] = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+    suffixes: ClassVar[tuple[str, ...]] = IMAGE_SUFFIXES
     Options: ClassVar[type] = ClassifyOptions
     default_model: ClassVar[str] = LITE0
     cost_name: ClassVar[str] = "pixels"

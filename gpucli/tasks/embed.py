@@ -43,7 +43,7 @@ from gpucli.tasks._st_modules import info as st_info
 from gpucli.tasks._text_policy import cpu_workers, reader_processes
 from gpucli.tasks._tokens import TextTokens
 from gpucli.tasks._unknown import Unknown
-from gpucli.tasks.base import ModelEntry, Task
+from gpucli.tasks.base import ModelEntry, Task, TaskSpec
 
 
 def _minilm_path() -> str:
@@ -184,6 +184,16 @@ class EmbedTask(Task):
         return cpu_workers(self.layer_weights, cores)
 
     _in_worker = False  # set by setup: the worker takes the model the parent resolved, from the cache
+
+    @classmethod
+    def variant(cls, spec: TaskSpec, in_worker: bool = False) -> type[Task]:
+        """ImageTextTask (tasks/_image_text.py) for an image-text model (CLIP, SigLIP): it embeds
+        images too, into the text tower's vector space; this task for a text encoder."""
+        if cls is not EmbedTask or ALIASES.get(spec.model.lower(), spec.model.lower()) in MODELS:
+            return cls
+        from gpucli.tasks._image_text import ImageTextTask, image_text_dir
+
+        return ImageTextTask if image_text_dir(spec.model, spec.revision) else cls
 
     @classmethod
     def models(cls) -> list[ModelEntry]:
