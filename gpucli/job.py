@@ -31,6 +31,7 @@ from gpucli.records import Failure, Source
 from gpucli.settings import output_metadata, output_schema, output_settings
 from gpucli.summary import BusyClock, RunSummary, now_text
 from gpucli.tasks import Task, TaskSpec, get_task
+from gpucli.tasks._images import IMAGE_SUFFIXES
 from gpucli.walk import Found, WalkFilter, WalkReport, count_inputs, walk_blocks
 
 
@@ -310,6 +311,12 @@ class Job:
             globs = " ".join(f"--include {g!r}" for g in self.config.include)
             return (f"found no input under {where}: the walk saw {seen} file(s), none matching {globs}; check the "
                     "glob (it matches the path under the root or the file name) (nothing was written)")
+        images = sum(n for suffix, n in self.report.passed_over_suffixes.items() if suffix in IMAGE_SUFFIXES)
+        if images and hasattr(self.task_cls, "variant") and self.task_cls.name == "embed":
+            return (f"found no input under {where}: the walk saw {seen} file(s), {images} of them images, but "
+                    f"{self.spec.model} is a text model with no image tower; to embed images give an image-text "
+                    "model: a CLIP or SigLIP directory or Hugging Face id (`gpucli models` suggests some), e.g. "
+                    "--model openai/clip-vit-base-patch32 (nothing was written)")
         if seen:
             return (f"found no input under {where}: the walk saw {seen} file(s), none of them files ending "
                     f"{', '.join(self.task_cls.suffixes)}, which {self.task_cls.name} reads; pass --include 'GLOB' "

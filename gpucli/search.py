@@ -123,6 +123,11 @@ def embed_queries(model: str, queries: list[str], prompt: str | None = None) -> 
 
     task = _query_task(model)
     task.setup("cpu")
+    if hasattr(task, "query_text"):  # an image-text model: its text tower (tasks/_image_text.py)
+        try:
+            return [np.asarray(task.query_text(query), dtype=np.float32) for query in queries]
+        except InputError as exc:
+            raise UsageError(f"the query cannot be embedded: {exc}") from None
     task.use_prompt(task.prompts.query if prompt is None else prompt)  # after setup, which sets the document's
     vectors = []
     for query in queries:

@@ -66,6 +66,15 @@ class WalkReport:
     empty_roots: list[str] = field(default_factory=list)  # root directories under which the walk found nothing
     complete: bool = False  # the walk ran to its end: an interrupted walk prunes nothing
     passed_over: int = 0  # files the walk saw that the task does not read (suffixes, --include, --exclude)
+    passed_over_suffixes: dict[str, int] = field(default_factory=dict)  # of those, by suffix (the first 64)
+
+    def pass_over(self, name: str) -> None:
+        """One file the task does not read: counted, and by its suffix, so that "no input" can say
+        what the tree holds (images, for embed with a text model)."""
+        self.passed_over += 1
+        suffix = os.path.splitext(name)[1].lower()
+        if suffix in self.passed_over_suffixes or len(self.passed_over_suffixes) < 64:
+            self.passed_over_suffixes[suffix] = self.passed_over_suffixes.get(suffix, 0) + 1
 
     def may_prune(self, path: str, allow_empty: bool = False) -> bool:
         """Whether a path this walk did not find is known to be gone."""
@@ -221,7 +230,7 @@ class _Walker:
                 continue
             rel = prefix + name
             if not (name.lower().endswith(by_suffix) if by_suffix else wants(rel)):
-                self.report.passed_over += 1
+                self.report.pass_over(name)
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -293,7 +302,7 @@ class _Walker:
 
     def _file(self, path: str, rel: str, explicit: bool, alias: bool = False) -> Iterator[Found]:
         if not explicit and not self.flt.wants(rel):
-            self.report.passed_over += 1
+            self.report.pass_over(rel)
             return
         try:
             st = os.stat(path)

@@ -135,29 +135,23 @@ class ImageTextTask(EmbedTask):
         text, vision = config.get("text_config") or {}, config.get("vision_config") or {}
         self.spec = _on_torch(self.spec)
         self.runtime, self.notices = "torch", []
-        self.tokenizer = load_tokenizer(self.path)
-        self._ends_from_text = False
         self.max_tokens = int(text.get("max_position_embeddings") or 77)
         if self.options.chunk_tokens:
             self.max_tokens = min(self.max_tokens, self.options.chunk_tokens)
-        self.prefix, self.suffix = _special_tokens(self.tokenizer)
         self.pad_to = self.max_tokens if self.model_type in PAD_TO_LENGTH else 0
-        self.pad_id = _pad_id(self.path, self.tokenizer, text)
         from gpucli.tasks._st_modules import Prompts
 
         self.prompts = Prompts(self.options.prefix, "", "", "")
         if self.options.prompt:
             raise UsageError(f"--prompt: {self.spec.model} names no prompts; use --prefix TEXT")
-        self.use_prompt(self.options.prefix)
-        if self.options.chunk_overlap == DEFAULT_OVERLAP and self.window <= DEFAULT_OVERLAP:  # a short tower
-            self.options = dataclasses.replace(self.options, chunk_overlap=self.window // 4)
-        if self.window < 1 or self.options.chunk_overlap >= self.window:
-            raise UsageError(f"--chunk-overlap {self.options.chunk_overlap} must be below the chunk's {self.window} "
-                             f"text tokens (the text tower of {self.spec.model} takes {self.max_tokens})")
+        self.tokenizer = None  # no tokenizer.json (SigLIP's SentencePiece): images only; queries by transformers
+        self.prompt, self.window, self.unknown = self.options.prefix, self.max_tokens, None
+        self.pad_id = int(text.get("pad_token_id") or 0)
+        if (Path(self.path) / "tokenizer.json").is_file():
+            self._open_texts(text)
         from gpucli.tasks._documents import Documents
 
         self.documents = Documents(self.options.extract_timeout)
-        self.unknown = Unknown.of(self.tokenizer, self.spec.model)
         self.processor = _hf_processor(self.spec.model, self.path)
         self.normalize_pixels = _hf_normalize(self.processor)
         self.image_cost = _patches(vision)
@@ -166,6 +160,20 @@ class ImageTextTask(EmbedTask):
             raise UsageError(f"model {self.spec.model!r}: its config names no projection or hidden size")
         hidden, layers = int(vision.get("hidden_size") or 768), int(vision.get("num_hidden_layers") or 12)
         self.layer_weights = layers * 12 * hidden * hidden
+
+    def _open_texts(self, text: dict) -> None:
+        """The fast tokenizer and the windows it cuts (as embed's, the text tower's length)."""
+        self.tokenizer = load_tokenizer(self.path)
+        self._ends_from_text = False
+        self.prefix, self.suffix = _special_tokens(self.tokenizer)
+        self.pad_id = _pad_id(self.path, self.tokenizer, text)
+        self.use_prompt(self.options.prefix)
+        if self.options.chunk_overlap == DEFAULT_OVERLAP and self.window <= DEFAULT_OVERLAP:  # a short tower
+            self.options = dataclasses.replace(self.options, chunk_overlap=self.window // 4)
+        if self.window < 1 or self.options.chunk_overlap >= self.window:
+            raise UsageError(f"--chunk-overlap {self.options.chunk_overlap} must be below the chunk's {self.window} "
+                             f"text tokens (the text tower of {self.spec.model} takes {self.max_tokens})")
+        self.unknown = Unknown.of(self.tokenizer, self.spec.model)
 
     def use_prompt(self, prompt: str) -> None:
         from gpucli.tasks._tokens import TextTokens
@@ -205,7 +213,9 @@ class ImageTextTask(EmbedTask):
         images = [i for i, s in enumerate(sources) if s.path.lower().endswith(IMAGE_SUFFIXES)]
         texts = [i for i in range(len(sources)) if i not in set(images)]
         blocks, failures = [], []
-        if texts:
+        if texts and self.tokenizer is None:
+            failures.extend(Failure(sources[i].path, "preprocess", self._no_fast_tokenizer) for i in texts)
+        elif texts:
             block, failed = super().prepare_many([sources[i] for i in texts], [datas[i] for i in texts])
             failures.extend(failed)
             if block is not None:
@@ -222,6 +232,12 @@ class ImageTextTask(EmbedTask):
         if kept:
             blocks.append(_image_items(kept, pixels, self.image_cost))
         return (Items.concat(blocks) if blocks else None), failures
+
+    @property
+    def _no_fast_tokenizer(self) -> str:
+        return (f"{self.spec.model} has no fast tokenizer (tokenizer.json), which gpucli needs to cut a text into "
+                "chunks with their char offsets; its images are embedded. Leave texts out with --include '*.jpg' "
+                "(and other image globs), or save a fast tokenizer into the model directory")
 
     def pixels(self, data: bytes) -> np.ndarray:
         """One image's pixels as the model's processor resizes and crops them, uint8 H x W x 3
@@ -326,6 +342,26 @@ class ImageTextTask(EmbedTask):
         return vectors.cpu().numpy()
 
     # --- queries (gpucli search) ------------------------------------------------------------
+    def query_text(self, query: str) -> np.ndarray:
+        """One query's vector by the text tower, in this process (after `setup`): its windows'
+        vectors averaged where it is longer than one, as embed cuts it; with a model that has no
+        fast tokenizer, transformers' own tokenizer, truncated to the tower's length."""
+        from gpucli.errors import InputError
+        from gpucli.records import Source
+
+        if self.tokenizer is None:
+            from transformers import AutoTokenizer
+
+            slow = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+            ids = slow(query, truncation=True, max_length=self.max_tokens)["input_ids"]
+            self.pad_id = slow.pad_token_id if slow.pad_token_id is not None else self.pad_id
+            return self.text_vectors([np.asarray(ids, np.int64)])[0]
+        block, failures = self.prepare_many([Source(0, "<query>", "<query>")], [query.encode("utf-8")])
+        if failures:
+            raise InputError(failures[0].stage, failures[0].error)
+        vector = self.predict(block.payload).mean(axis=0)
+        return vector / max(float(np.linalg.norm(vector)), 1e-12)
+
     def query_image(self, data: bytes) -> np.ndarray:
         """One image's vector, in this process (after `setup`)."""
         return self.image_vectors(self.pixels(data)[None])[0]
