@@ -218,6 +218,11 @@ def _cached_files(repo_id: str) -> set[str]:
     return {str(p) for p in snapshots.rglob("*") if p.is_file()} if snapshots.is_dir() else set()
 
 
+def hub_cached(repo_id: str) -> bool:
+    """Whether a snapshot of `repo_id` with its config.json is in the Hub cache (loads offline)."""
+    return any(name.endswith("config.json") for name in _cached_files(repo_id))
+
+
 # --- the output's metadata ---------------------------------------------------------------------
 
 

@@ -66,6 +66,23 @@ MODELS = {
                          _minilm_path, _minilm_available),
 }
 ALIASES = {"all-minilm-l6-v2": "minilm", "sentence-transformers/all-minilm-l6-v2": "minilm"}
+# Image-text models for images and text in one space (tasks/_image_text.py). No such weights are on
+# PyPI, so none is a default: Hub ids, downloaded on first use where the Hub is reachable; sizes are
+# those of the weights the Hub serves (model.safetensors).
+IMAGE_TEXT_SUGGESTED = (
+    ("openai/clip-vit-base-patch32", "CLIP ViT-B/32: images and English text, 512-d, 224 px, ~605 MB"),
+    ("openai/clip-vit-large-patch14", "CLIP ViT-L/14: images and English text, 768-d, 224 px, ~1.7 GB"),
+    ("google/siglip-base-patch16-224", "SigLIP B/16: images and English text, 768-d, 224 px, ~813 MB (no "
+                                       "tokenizer.json: texts of a tree are refused; search by words works)"),
+)
+
+
+def _suggested(repo_id: str, description: str) -> ModelEntry:
+    from gpucli.hub import hub_cached
+
+    return ModelEntry(repo_id, "embed", "transformers (image-text)",
+                      f"{description}; a Hugging Face id, downloaded on first use",
+                      lambda: repo_id, lambda: hub_cached(repo_id))
 
 
 @dataclass(frozen=True)
@@ -197,7 +214,8 @@ class EmbedTask(Task):
 
     @classmethod
     def models(cls) -> list[ModelEntry]:
-        return list(MODELS.values())
+        """The default alias, then suggested image-text models (offline: yes once in the Hub cache)."""
+        return list(MODELS.values()) + [_suggested(repo, text) for repo, text in IMAGE_TEXT_SUGGESTED]
 
     # --- parent ---------------------------------------------------------------------------
     def open(self) -> None:
