@@ -124,7 +124,7 @@ PANELS = {
 PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 # Task options that belong with common ones; the rest go under the task's own name.
 TASK_PANELS = {"normalize": MODEL, "prompt": MODEL, "prefix": MODEL, "backend": PERFORMANCE, "quantize": PERFORMANCE,
-               "extract_timeout": INPUT, "allow_unknown_tokens": INPUT}
+               "extract_timeout": INPUT, "allow_unknown_tokens": INPUT, "dedup": INCREMENTAL}
 
 # Only for tasks that read texts from a table (`reads_tables`: embed); see gpucli/tables.py.
 TABLE_OPTIONS: list[tuple[str, Any, tuple[str, ...], str]] = [

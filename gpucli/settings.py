@@ -50,6 +50,17 @@ def output_metadata(task: Task) -> dict[str, str]:
 DESCRIPTIVE_INFO = ("gpucli.extractors",)  # metadata that says how rows were made, not what they are
 
 
+def _fingerprinted(option: dataclasses.Field, values: dict[str, Any]) -> bool:
+    """Whether an option's value is part of the output's fingerprint: by default yes; `False` for
+    options that change no row (--extract-timeout); "unless-default" for options added after outputs
+    existed: only when given another value, so that those outputs (made at the default) stay incremental
+    within one gpucli version, and rows made with the option given never mix with rows made without."""
+    rule = option.metadata.get("fingerprint", True)
+    if rule == "unless-default":
+        return values[option.name] != option.default
+    return bool(rule)
+
+
 def output_settings(spec: TaskSpec, task: Task, metadata: dict[str, str]) -> dict[str, Any]:
     """Everything that changes the rows, with every option's effective value (a default
     given as a flag is the same run): an output's ledger refuses a run with others."""
@@ -58,7 +69,7 @@ def output_settings(spec: TaskSpec, task: Task, metadata: dict[str, str]) -> dic
 
     options = dataclasses.asdict(task.options) if dataclasses.is_dataclass(task.options) else dict(spec.options)
     if dataclasses.is_dataclass(task.options):  # options that change no row's content (--extract-timeout) are left out
-        options = {f.name: options[f.name] for f in dataclasses.fields(task.options) if f.metadata.get("fingerprint", True)}
+        options = {f.name: options[f.name] for f in dataclasses.fields(task.options) if _fingerprinted(f, options)}
     info = {k: v for k, v in metadata.items()
             if k != "gpucli.version" and k not in DESCRIPTIVE_KEYS and k not in DESCRIPTIVE_INFO}
     return {"task": spec.name, "model": spec.model, "options": options, "dtype": spec.dtype,

@@ -85,6 +85,10 @@ def _suggested(repo_id: str, description: str) -> ModelEntry:
                       lambda: repo_id, lambda: hub_cached(repo_id))
 
 
+VECTOR_TYPES = ("float32", "float16", "int8", "binary")  # --vector-type (issue 30)
+SPARSE_KINDS = ("", "bm25")  # --sparse (issue 30)
+
+
 @dataclass(frozen=True)
 class EmbedOptions:
     chunk_tokens: int = field(default=0, metadata={
@@ -112,6 +116,28 @@ class EmbedOptions:
         "help": "Seconds one document (PDF, DOCX, HTML...) may take to extract; a slower one becomes a failure "
                 "record and the run goes on.", "flag": "--extract-timeout", "fingerprint": False})
     # --- end documents ---------------------------------------------------------------------------------------
+    # --- the vectors users ask for (issue 30). "unless-default": in the fingerprint only when given, so that an
+    # output made before these options existed (at their defaults) stays incremental -----------------------------
+    dims: int = field(default=0, metadata={
+        "help": "Keep the first N dimensions of each vector (Matryoshka models), renormalised when the model "
+                "normalises; refused above the model's dims, or for a model that gives no sign of Matryoshka "
+                "training, unless --force-dims.", "flag": "--dims", "default_help": "all the model's",
+        "fingerprint": "unless-default"})
+    force_dims: bool = field(default=False, metadata={
+        "help": "Allow --dims for a model that gives no sign of Matryoshka training.", "flag": "--force-dims",
+        "default_help": "off", "fingerprint": False})
+    vector_type: str = field(default="float32", metadata={
+        "help": "How vectors are stored: float32, float16, int8 (scale per dimension in the metadata) or binary "
+                "(one bit per dimension).", "flag": "--vector-type", "fingerprint": "unless-default"})
+    sparse: str = field(default="", metadata={
+        "help": "bm25: also store a sparse lexical vector per chunk (term weights over the model's tokenizer "
+                "vocabulary) for hybrid search; Qdrant gets a named sparse vector with its idf modifier.",
+        "flag": "--sparse", "default_help": "none", "fingerprint": "unless-default"})
+    dedup: bool = field(default=True, metadata={
+        "help": "Embed identical content once: an input whose content digest was embedded already (in this run, "
+                "or in the output with the same settings) gets copies of those rows, without a forward pass.",
+        "flag": "--dedup/--no-dedup", "default_help": "on", "fingerprint": False})
+    # --- end the vectors users ask for ----------------------------------------------------------------------
     backend: str = field(default="torch", metadata={
         "help": "Inference runtime: torch; onnx (ONNX Runtime: the model is exported once into "
                 "~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); auto (onnx on a host without a GPU for a "
@@ -135,6 +161,12 @@ class EmbedOptions:
             raise ValueError("--chunk-tokens and --chunk-overlap must be 0 or positive")
         if not self.extract_timeout > 0:
             raise ValueError("--extract-timeout must be above 0 seconds")
+        if self.dims < 0:
+            raise ValueError("--dims must be 0 (all) or positive")
+        if self.vector_type not in VECTOR_TYPES:
+            raise ValueError(f"--vector-type must be one of {', '.join(VECTOR_TYPES)}")
+        if self.sparse not in SPARSE_KINDS:
+            raise ValueError("--sparse must be bm25 or empty")
 
 
 def resolve_model(model: str) -> str:
