@@ -132,6 +132,9 @@ class ImageTextTask(EmbedTask):
         if self.options.backend == "onnx" or self.options.quantize:
             raise UsageError(f"--model {self.spec.model} is an image-text model: it runs on --backend torch only "
                              "(no --backend onnx, no --quantize)")
+        if self.options.sparse:  # issue 30: sparse vectors are over a text model's token windows
+            raise UsageError(f"--sparse: --model {self.spec.model} is an image-text model; sparse lexical vectors "
+                             "are made for text models only for now (embed without --sparse)")
         text, vision = config.get("text_config") or {}, config.get("vision_config") or {}
         self.spec = _on_torch(self.spec)
         self.runtime, self.notices = "torch", []

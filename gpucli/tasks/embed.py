@@ -31,6 +31,10 @@ from gpucli.records import UNKNOWN_TOKENS, Failure, Item, Items, Ragged, Source
 from gpucli.tasks._chunking import WindowBlock
 from gpucli.tasks._documents import Documents
 from gpucli.tasks._spans import ends_from_text
+from gpucli.tasks._sparse import DESCRIPTION as SPARSE_DESCRIPTION
+from gpucli.tasks._sparse import Terms
+from gpucli.tasks._sparse import arrow_type as sparse_type
+from gpucli.tasks._sparse import column as sparse_column
 from gpucli.tasks._st_modules import (
     apply_lower_case,
     pool,
@@ -282,6 +286,7 @@ class EmbedTask(Task):
         self.pad_id = int(config.get("pad_token_id") or 0)
         self.documents = Documents(self.options.extract_timeout)  # documents (issue 26)
         self.unknown = Unknown.of(self.tokenizer, self.spec.model)
+        self.terms = Terms(self.tokenizer) if self.options.sparse else None  # --sparse bm25 (issue 30, _sparse.py)
         hidden = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
         layers = int(config.get("num_hidden_layers") or config.get("n_layers") or config.get("num_layers") or 1)
         inner = int(config.get("intermediate_size") or config.get("hidden_dim") or config.get("d_ff") or 4 * hidden)
@@ -306,14 +311,16 @@ class EmbedTask(Task):
                 "gpucli.max_tokens": str(self.max_tokens),
                 **st_info(self.st, self.options.normalize, self.prompts), **hub_info(self.resolved),
                 "gpucli.runtime": self.runtime, **quantize_info(self.options.quantize),  # issues 14, 16
-                "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True)}  # issue 26
+                "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True),  # issue 26
+                **({"gpucli.sparse": SPARSE_DESCRIPTION} if self.options.sparse else {})}  # issue 30
 
     def schema(self):
         import pyarrow as pa
 
-        return pa.schema([("chunk", pa.int32()), ("page", pa.int32()), ("char_start", pa.int64()),
-                          ("char_end", pa.int64()), ("text", pa.string()),
-                          ("embedding", pa.list_(pa.float32(), self.dims))])
+        schema = pa.schema([("chunk", pa.int32()), ("page", pa.int32()), ("char_start", pa.int64()),
+                            ("char_end", pa.int64()), ("text", pa.string()),
+                            ("embedding", pa.list_(pa.float32(), self.dims))])
+        return schema.append(pa.field("sparse", sparse_type())) if self.options.sparse else schema  # --sparse
 
     def prepare_many(self, sources: list[Source], datas: list[bytes]) -> tuple[Items | None, list[Failure]]:
         """Decode or extract a chunk of files (gpucli/tasks/_documents.py), tokenize them in one
@@ -334,7 +341,10 @@ class EmbedTask(Task):
             else:
                 cut.add(source.id, doc, ids, offsets)
         extra = len(self.prefix) + len(self.prompt_ids) + len(self.suffix)
-        return cut.block(extra), failures
+        block = cut.block(extra)
+        if block is not None and self.terms is not None:  # --sparse bm25: each window's term weights
+            block.meta.update(self.terms.weigh(block.payload))
+        return block, failures
 
     def close_reading(self) -> None:
         self.documents.close()
@@ -414,6 +424,9 @@ class EmbedTask(Task):
                           "char_start": pa.array(items.meta["char_start"], pa.int64()),
                           "char_end": pa.array(items.meta["char_end"], pa.int64()),
                           "text": pa.array(items.meta["text"], pa.string()), "embedding": embedding})
+        if self.options.sparse:  # --sparse bm25 (issue 30): struct<indices, values> per row
+            table = table.append_column("sparse", sparse_column(items.meta["sparse_indices"],
+                                                                items.meta["sparse_values"]))
         return table, []
 
 
