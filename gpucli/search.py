@@ -86,8 +86,9 @@ def _search(where: str, query: str, k: int, image: str = "") -> SearchResult:
     index = open_index(where)
     try:
         t0 = time.perf_counter()
-        vector = embed_image_query(index.model, data, image) if image else embed_query(index.model, query,
-                                                                                       index.query_prompt)
+        cut = {"dims": index.truncate_dims} if index.truncate_dims else {}  # --dims (issue 30)
+        vector = (embed_image_query(index.model, data, image, **cut) if image
+                  else embed_query(index.model, query, index.query_prompt, **cut))
         if vector.shape[0] != index.dims:
             raise UsageError(f"--in {index.display}: model {index.model!r} now makes {vector.shape[0]}-d vectors, "
                              f"but the output holds {index.dims}-d ones")
@@ -108,20 +109,21 @@ def open_index(where: str) -> ParquetIndex | JsonlIndex | QdrantIndex:
 
 
 # --- the query --------------------------------------------------------------------------------
-def embed_query(model: str, query: str, prompt: str | None = None) -> Any:
+def embed_query(model: str, query: str, prompt: str | None = None, dims: int = 0) -> Any:
     """One unit vector for the query (see `embed_queries`)."""
-    return embed_queries(model, [query], prompt)[0]
+    return embed_queries(model, [query], prompt, **({"dims": dims} if dims else {}))[0]
 
 
-def embed_queries(model: str, queries: list[str], prompt: str | None = None) -> list[Any]:
+def embed_queries(model: str, queries: list[str], prompt: str | None = None, dims: int = 0) -> list[Any]:
     """Unit vectors from the code the workers run, the model loaded once. A query longer than
     the model's window is cut into chunks as a document would be, and their vectors averaged.
-    `prompt`: the query prompt the output recorded; None = the model's own query prompt."""
+    `prompt`: the query prompt the output recorded; None = the model's own query prompt. `dims`: the
+    output's --dims (0: all), which cuts the query's vector as it cut the rows'."""
     import numpy as np
 
     from gpucli.records import Source
 
-    task = _query_task(model)
+    task = _query_task(model, dims)
     task.setup("cpu")
     if hasattr(task, "query_text"):  # an image-text model: its text tower (tasks/_image_text.py)
         try:
@@ -142,23 +144,23 @@ def embed_queries(model: str, queries: list[str], prompt: str | None = None) -> 
     return vectors
 
 
-def _query_task(model: str) -> Any:
+def _query_task(model: str, dims: int = 0) -> Any:
     """embed's task for `model`, loaded in this process: its image-text variant for CLIP or SigLIP
     (whose text tower embeds words into the images' space), else the text task."""
     from gpucli.tasks import TaskSpec
     from gpucli.tasks.embed import EmbedTask
 
-    spec = TaskSpec("embed", model)
+    spec = TaskSpec("embed", model, {"dims": dims, "force_dims": True} if dims else {})
     task = EmbedTask.variant(spec)(spec)
     task.open()
     return task
 
 
-def embed_image_query(model: str, data: bytes, name: str = "<image>") -> Any:
+def embed_image_query(model: str, data: bytes, name: str = "<image>", dims: int = 0) -> Any:
     """The unit vector of one image, by the image tower of the output's image-text model."""
     import numpy as np
 
-    task = _query_task(model)
+    task = _query_task(model, dims)
     if not hasattr(task, "query_image"):
         raise UsageError(f"--image: the output was made with {model!r}, a text model with no image tower; search "
                          "by image needs an output made with an image-text model (CLIP, SigLIP: `gpucli embed DIR "
@@ -169,6 +171,10 @@ def embed_image_query(model: str, data: bytes, name: str = "<image>") -> Any:
     except InputError as exc:
         raise UsageError(f"--image {name}: {exc}") from None
     return vector / max(float(np.linalg.norm(vector)), 1e-12)
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
 def _image_bytes(path: str) -> bytes:
@@ -199,6 +205,7 @@ class ParquetIndex:
         meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
         self.model = meta.get("gpucli.model", "")
         self.query_prompt = meta.get("gpucli.query_prompt")  # None: an output made before prompts were recorded
+        self.truncate_dims = _int(meta.get("gpucli.truncate_dims"))  # --dims (issue 30): queries are cut alike
         self.columns = [c for c in HIT_COLUMNS if c in schema.names]
         if not self.model or "embedding" not in schema.names or "path" not in schema.names:
             raise UsageError(f"--in {where}: not a gpucli embed output (no gpucli.model metadata or no "
@@ -265,6 +272,7 @@ class JsonlIndex:
         info = _ledger_info(where)
         self.model = info.get("gpucli.model", "")
         self.query_prompt = info.get("gpucli.query_prompt")
+        self.truncate_dims = _int(info.get("gpucli.truncate_dims"))
         if not self.model:
             raise UsageError(f"--in {where}: not a gpucli embed output (no ledger beside it names its model); make "
                              "one with `gpucli embed DIR --out OUT.jsonl`")
@@ -406,6 +414,7 @@ class QdrantIndex:
         metadata = getattr(info.config, "metadata", None) or {}
         self.model = metadata.get("gpucli.model", "")
         self.query_prompt = metadata.get("gpucli.query_prompt")  # None: not recorded (older output)
+        self.truncate_dims = _int(metadata.get("gpucli.truncate_dims"))
         if not self.model:  # a collection made by hand or by an older server: ask a point
             points, _ = self.conn.call("reading a point", lambda: client.scroll(name, limit=1, with_payload=["model"]))
             self.model = (points[0].payload or {}).get("model", "") if points else ""

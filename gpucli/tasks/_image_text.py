@@ -161,6 +161,10 @@ class ImageTextTask(EmbedTask):
         self.dims = int(config.get("projection_dim") or text.get("projection_size") or text.get("hidden_size") or 0)
         if not self.dims:
             raise UsageError(f"model {self.spec.model!r}: its config names no projection or hidden size")
+        from gpucli.tasks._dims import checked_dims
+
+        self.full_dims = self.dims  # --dims (issue 30): the first dims of both towers' vectors
+        self.dims = checked_dims(self.spec.model, self.path, self.full_dims, self.options.dims, self.options.force_dims)
         hidden, layers = int(vision.get("hidden_size") or 768), int(vision.get("num_hidden_layers") or 12)
         self.layer_weights = layers * 12 * hidden * hidden
 
@@ -189,13 +193,15 @@ class ImageTextTask(EmbedTask):
 
     def info(self) -> dict[str, str]:
         from gpucli.extract import extractor_versions
+        from gpucli.tasks._dims import dims_info
 
         return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
                 "gpucli.max_tokens": str(self.max_tokens), "gpucli.modality": "image,text",
                 "gpucli.model_type": self.model_type, "gpucli.normalize": str(self._normalizes).lower(),
                 "gpucli.prompt": self.prompt, "gpucli.image_processor": type(self.processor).__name__,
                 **hub_info(self.resolved), "gpucli.runtime": "torch",
-                "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True)}
+                "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True),
+                **dims_info(self.full_dims, self.dims)}
 
     @property
     def _normalizes(self) -> bool:
@@ -339,7 +345,7 @@ class ImageTextTask(EmbedTask):
         import torch
 
         vectors = features if isinstance(features, torch.Tensor) else features.pooler_output
-        vectors = vectors.float()
+        vectors = vectors.float()[..., : self.dims]
         if self._normalizes:
             vectors = torch.nn.functional.normalize(vectors, dim=-1)
         return vectors.cpu().numpy()

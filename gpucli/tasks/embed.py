@@ -29,6 +29,7 @@ from gpucli.extract import suffixes as document_suffixes
 from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.records import UNKNOWN_TOKENS, Failure, Item, Items, Ragged, Source
 from gpucli.tasks._chunking import WindowBlock
+from gpucli.tasks._dims import checked_dims, dims_info, truncated
 from gpucli.tasks._documents import Documents
 from gpucli.tasks._spans import ends_from_text
 from gpucli.tasks._sparse import DESCRIPTION as SPARSE_DESCRIPTION
@@ -294,6 +295,9 @@ class EmbedTask(Task):
         self.dims = hidden * len(self.st.pooling)  # model fidelity (issue 14): modes concatenate
         if not self.dims:
             raise UsageError(f"model {self.spec.model!r}: config.json names no hidden size; is it a text encoder?")
+        self.full_dims = self.dims  # --dims (issue 30, tasks/_dims.py): rows keep the first `dims`
+        self.dims = checked_dims(self.spec.model, self.resolved.path, self.full_dims, self.options.dims,
+                                 self.options.force_dims, known=False if self.resolved.source == "package" else None)
 
     # --- model fidelity (issue 14) ---
     def use_prompt(self, prompt: str) -> None:
@@ -312,6 +316,7 @@ class EmbedTask(Task):
                 **st_info(self.st, self.options.normalize, self.prompts), **hub_info(self.resolved),
                 "gpucli.runtime": self.runtime, **quantize_info(self.options.quantize),  # issues 14, 16
                 "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True),  # issue 26
+                **dims_info(self.full_dims, self.dims),  # issue 30
                 **({"gpucli.sparse": SPARSE_DESCRIPTION} if self.options.sparse else {})}  # issue 30
 
     def schema(self):
@@ -400,15 +405,20 @@ class EmbedTask(Task):
         ids, mask = payload.padded(self.pad_id, head, self.suffix)
         if self.encoder is not None:
             hidden = torch.from_numpy(self.encoder.hidden(ids, mask))
-            return pool(hidden, torch.from_numpy(mask), self.st, self.options.normalize, self.prompt_length).numpy()
+            pooled = pool(hidden, torch.from_numpy(mask), self.st, self.options.normalize, self.prompt_length)
+            return self._cut(pooled).numpy()
         ids, mask = torch.from_numpy(ids), torch.from_numpy(mask)
         if self.pin:
             ids, mask = ids.pin_memory(), mask.pin_memory()
         ids, mask = ids.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
         with torch.inference_mode():
             hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
-            pooled = pool(hidden, mask, self.st, self.options.normalize, self.prompt_length)
+            pooled = self._cut(pool(hidden, mask, self.st, self.options.normalize, self.prompt_length))
         return pooled.cpu().numpy()
+
+    def _cut(self, pooled: Any) -> Any:
+        """--dims (issue 30): the first dims, renormalised when the model's vectors are normalised."""
+        return truncated(pooled, self.dims, self.st.normalize_with(self.options.normalize))
 
     def rows(self, items: Items, outputs: Any) -> tuple[Any, list[tuple[int, str]]]:
         """The batch's rows as columns: the vectors as one fixed-size-list block."""
