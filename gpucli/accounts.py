@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gpucli.decision import Status
+from gpucli.dedup import Copied, InRun
 from gpucli.keys import with_path
 from gpucli.output import Output
 from gpucli.parts import Part, PartBuffer, rows_to_table
@@ -47,7 +48,8 @@ class Accounts:
     input fails once and its other rows are dropped. A task that merges an input's rows
     (`finish`, e.g. a recording's chunks) gets them all together when it is complete."""
 
-    def __init__(self, task: Task, output: Output, summary: RunSummary, counts: Counts, schema: Any) -> None:
+    def __init__(self, task: Task, output: Output, summary: RunSummary, counts: Counts, schema: Any,
+                 dedup: InRun | None = None) -> None:
         self.task = task
         self.output = output
         self.summary = summary
@@ -61,11 +63,16 @@ class Accounts:
         self.buffer = PartBuffer()
         self.complete = 0  # inputs in status COMPLETE: results all back, rows not yet durable (progress)
         self._merging: dict[int, list[tuple[int, dict[str, Any]]]] = {}  # source id -> (index, row)
+        self.dedup = dedup  # identical content embedded once (gpucli/dedup.py), or None
+        self._copies: set[int] = set()  # copies not yet durable (the summary's `deduplicated`)
 
     # --- from the reader --------------------------------------------------------------------
-    def read(self, chunk: ReadChunk) -> Items | None:
-        """A read chunk: failures and unchanged inputs end here; returns the block to run."""
+    def read(self, chunk: ReadChunk, copied: list[Copied] = ()) -> Items | None:
+        """A read chunk: failures and unchanged inputs end here; returns the block to run.
+        `copied`: inputs whose rows were read back from the output (dedup.FromOutput)."""
         self.counts.found += chunk.found
+        for copy in copied:
+            self._copied(copy.source, copy.rows)
         for failure in chunk.failures:
             self.record_failure(failure)
         if chunk.unchanged:
@@ -74,8 +81,27 @@ class Accounts:
             self.output.unchanged(chunk.unchanged)
         if chunk.block is None or not len(chunk.block):
             return None
-        self.expect(chunk.sources, chunk.block)
-        return chunk.block
+        block = chunk.block
+        if self.dedup is not None:
+            block, copies = self.dedup.split(chunk.sources, block)
+            for copy in copies:  # no items: rows when their original's go into a part (take_part)
+                self._copied(copy, None)
+            if block is None:
+                return None
+        self.expect(chunk.sources, block)
+        return block
+
+    def _copied(self, source: Source, rows: Any) -> None:
+        """A copy of content embedded once: OPEN until its original's rows are in a part, or
+        COMPLETE now with `rows` read back from the output."""
+        self._grow(source.id)
+        self.sources[source.id] = source
+        self._copies.add(source.id)
+        self.waiting[source.id] = 0
+        self.status[source.id] = OPEN if rows is None else COMPLETE
+        if rows is not None:
+            self.complete += 1
+            self.buffer.add(rows, np.full(rows.num_rows, source.id, np.int64), np.arange(rows.num_rows))
 
     def expect(self, sources: list[Source], block: Items) -> None:
         self._grow(int(block.source_ids.max()))
@@ -190,8 +216,11 @@ class Accounts:
         self.complete -= int(self.status[sid] == COMPLETE)
         self.status[sid] = FAILED
         self._merging.pop(sid, None)
+        self._copies.discard(sid)
         source = self.sources.pop(sid)
         self.record_failure(Failure(source.path, stage, reason, source.size, source.mtime_ns))
+        for copy in self.dedup.ended(source) if self.dedup is not None else ():
+            self.fail_source(copy.id, stage, reason)  # same content, same outcome
 
     def record_failure(self, failure: Failure) -> None:
         known = self.output.failed(failure)
@@ -206,7 +235,13 @@ class Accounts:
     def take_part(self) -> Part | None:
         """The rows of every complete input, as one part (on the loop or the driver)."""
         part = self.buffer.take(self.status)
-        return None if part is None else self._with_inputs(part)
+        if part is None:
+            return None
+        if self.dedup is not None:  # the copies waiting for these inputs get their rows
+            part, copies = self.dedup.with_copies(part, self.sources)
+            self.status[copies] = COMPLETE
+            self.complete += len(copies)
+        return self._with_inputs(part)
 
     @property
     def backlog(self) -> int:
@@ -229,6 +264,10 @@ class Accounts:
             self.sources.pop(sid, None)
         self.summary.succeeded += len(committed.source_ids)
         self.summary.rows += committed.rows
+        if self._copies:
+            copies = self._copies.intersection(committed.source_ids.tolist())
+            self._copies -= copies
+            self.summary.deduplicated += len(copies)
 
     # --- at the end ---------------------------------------------------------------------------
     def unfinished(self) -> int:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from gpucli import __version__, tables
+from gpucli import __version__, dedup, tables
 from gpucli.accounts import Accounts
 from gpucli.backends.choice import backend_default
 from gpucli.batching import WINDOW_BATCHES, BatchCaps
@@ -152,7 +152,19 @@ class Job:
         for notice in [*getattr(self.task, "notices", []), *getattr(self.output.sink, "notices", []),
                        *self.output.notices]:
             self.progress.log(f"note: {notice}")
-        self.accounts = Accounts(self.task, self.output, self.summary, self.counts, self.schema)
+        self.accounts = Accounts(self.task, self.output, self.summary, self.counts, self.schema,
+                                 dedup.InRun() if self.dedup else None)
+
+    @property
+    def dedup(self) -> bool:
+        """Identical content embedded once (gpucli/dedup.py): the task's `dedup` option, locally."""
+        return dedup.enabled(self.task.options, self.config.engine)
+
+    def copies_from_output(self):
+        """dedup.FromOutput for this run, or None (no dedup, or a sink that cannot read its rows back)."""
+        if not self.dedup or not self.output.sink.reads_back:
+            return None
+        return dedup.FromOutput(self.output.ledger, self.output.sink, self.accounts.row_schema)
 
     def use_devices(self, devices: list[str]) -> None:
         """The caps for these devices, and the run's opening line (what, where, into what)."""

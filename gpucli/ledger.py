@@ -60,6 +60,7 @@ create table if not exists files (path text primary key, size integer, mtime_ns 
 create table if not exists locations (name text primary key, rows integer, created real);
 create table if not exists stale (location text, path text, primary key (location, path));
 create table if not exists attempts (path text primary key, size integer, mtime_ns integer, count integer);
+create index if not exists files_digest on files (digest);
 """
 
 SEEN = "create temp table if not exists seen (path text primary key)"
@@ -208,6 +209,19 @@ class Ledger(_LedgerFile):
                 for row in self._db.execute(f"select path, size, mtime_ns, digest, status from files "
                                             f"where path in ({marks})", chunk):
                     found[row[0]] = Known(row[1], row[2], row[3], Status.of_stored(row[4]))
+        return found
+
+    def done_with_digests(self, digests: list[str]) -> dict[str, tuple[str, str | None, int]]:
+        """digest -> (key, location, rows) of one done input with that content, for the digests
+        some done input has (identical content embedded once: gpucli/dedup.py)."""
+        found: dict[str, tuple[str, str | None, int]] = {}
+        with self._lock:
+            for start in range(0, len(digests), 500):
+                chunk = digests[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for row in self._db.execute(f"select digest, path, location, rows from files where status=? "
+                                            f"and digest in ({marks}) order by path", [DONE, *chunk]):
+                    found.setdefault(row[0], (row[1], row[2], row[3]))
         return found
 
     # --- large inputs that a reader may not survive ---------------------------------------

@@ -197,13 +197,19 @@ class Pipeline:
     async def _read(self, devices: list[str]) -> None:
         job = self.job
         lookup = job.output.lookup()
+        copies = job.copies_from_output()  # identical content embedded once: rows the output holds
         processes = job.reader_processes(devices)
         job.count_ahead()  # the total, for the progress, before this walk has been everywhere
         try:
             async for chunk in read_chunks(job.walk_blocks(), job.task, job.max_bytes, job.chunk_files,
                                            self.config.read_chunks_in_flight, lookup, job.seen(),
                                            job.clocks["read"], processes, job.attempts()):
-                block = job.accounts.read(chunk)
+                copied = []
+                if copies is not None and chunk.sources:
+                    chunk, copied = await asyncio.to_thread(copies.take, chunk)
+                block = job.accounts.read(chunk, copied)
+                if copied:  # rows to write (the writer starts with the workers)
+                    self.has_work.set()
                 if block is not None:
                     self.has_work.set()
                     await self.queue.put(block)

@@ -37,6 +37,7 @@ class RunSummary:
     finished_at: str = ""
     devices: list[str] = field(default_factory=list)
     unchanged: int = 0  # done by an earlier run, counted in skipped
+    deduplicated: int = 0  # of `succeeded`: copies of content embedded once, given its rows without a forward pass
     pruned: int = 0
     unfinished: int = 0
     interrupted: bool = False

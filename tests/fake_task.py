@@ -37,6 +37,7 @@ class FakeOptions:
     read_waits_for: str = ""  # prepare waits (up to 20 s) for this file, then fails the input
     slow_node: str = ""  # on the Ray node started with GPUCLI_TEST_NODE=<this> (tests/ray_cluster.py) ...
     slow_node_ms: float = 0.0  # ... every batch sleeps this much longer
+    dedup: bool = False  # identical content once (gpucli/dedup.py), as embed's --dedup
 
 
 class FakeTask(Task):

@@ -30,6 +30,7 @@ class Sink:
 
     name: ClassVar[str] = ""
     help: ClassVar[str] = ""
+    reads_back: ClassVar[bool] = False  # whether `rows_of` reads rows back (copies of content: gpucli/dedup.py)
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -81,6 +82,13 @@ class Sink:
 
     def close(self) -> None:
         """Flush and release; the output must be readable afterwards."""
+
+    def rows_of(self, location: str, keys: set[str]) -> pa.Table | None:
+        """The rows these inputs have at `location`, as written (every column, in any order), for
+        copies of their content (gpucli/dedup.py); may hold other rows too. None when it cannot
+        (`reads_back` False, or the place is gone): the copies are then embedded again. Called from a thread while
+        the writer writes: it reads committed places only."""
+        return None
 
     # --- incremental runs (see state.py) -------------------------------------------------
     def foreign(self) -> str | None:

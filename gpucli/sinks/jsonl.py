@@ -33,6 +33,7 @@ RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 class JsonlSink(Sink):
     name = "jsonl"
     help = "a file ending in .jsonl"
+    reads_back = True
 
     def __init__(self, target: str) -> None:
         super().__init__(target)
@@ -91,6 +92,19 @@ class JsonlSink(Sink):
         name = f"bytes={start}-{self._size}"
         self._ranges[name] = (start, self._size)
         return name
+
+    def rows_of(self, location: str, keys: set[str]):
+        """The lines of these inputs in the committed byte range `location`, as a table of what
+        JSON holds (the caller casts it to the task's columns)."""
+        import pyarrow as pa
+
+        if not RANGE.match(location):
+            return None
+        start, end = _span(location)
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            rows = [row for row in map(json.loads, f.read(end - start).splitlines()) if row_key(row) in keys]
+        return pa.Table.from_pylist(rows) if rows else None
 
     def reset(self) -> None:
         self._truncate(0)

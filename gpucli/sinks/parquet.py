@@ -32,6 +32,7 @@ EARLIER_STATE = "_gpucli"  # where an earlier gpucli kept the ledger and lock: i
 class ParquetSink(Sink):
     name = "parquet"
     help = "a directory ending in .parquet (the default)"
+    reads_back = True
 
     def __init__(self, target: str) -> None:
         super().__init__(target)
@@ -107,6 +108,19 @@ class ParquetSink(Sink):
         self._next += 1
         self._write_atomic(table.replace_schema_metadata(self._schema.metadata), name)
         return name
+
+    def rows_of(self, location: str, keys: set[str]):
+        """The part's row groups whose `path` statistics may hold these inputs (a record's key is
+        `path//id`: its table's path), the rest filtered out by the caller."""
+        import pyarrow.parquet as pq
+
+        from gpucli.keys import split_key
+
+        paths = sorted({split_key(key)[0] for key in keys})
+        try:
+            return pq.read_table(self.dir / location, filters=[("path", "in", paths)])
+        except FileNotFoundError:
+            return None
 
     def _write_atomic(self, table, name: str) -> None:
         import pyarrow.parquet as pq
