@@ -39,7 +39,6 @@ K1 = 1.2
 B = 0.75
 AVGDL = 256.0
 DESCRIPTION = f"bm25 k1={K1} b={B} avgdl={AVGDL:g} terms=tokenizer-ids"  # gpucli.sparse in the metadata
-VECTOR_NAME = "bm25"  # the named sparse vector in a Qdrant point
 MARKERS = ("##", "Ġ", "Ċ", "ĉ", "▁")  # WordPiece continuation; byte-level BPE space, newline, tab; SentencePiece space
 
 

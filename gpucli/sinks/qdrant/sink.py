@@ -31,6 +31,7 @@ from gpucli.sinks.qdrant.target import is_qdrant, parse_target
 # Fixed forever: changing it would change every point id and duplicate every collection.
 NAMESPACE = uuid.UUID("6f1c3a0e-8d2b-5b7e-9a41-3c5d2e7f9b10")
 PROBE_IDS = 1024
+SPARSE_VECTOR = "bm25"  # the named sparse vector of --sparse bm25, beside the unnamed dense one (issue 30)
 
 
 def point_id(path: str, chunk: int) -> str:
@@ -56,8 +57,10 @@ class QdrantSink(Sink):
         self.conn: Connection | None = None
         self.model = ""
         self.dims = 0
+        self.sparse = False  # --sparse bm25 (issue 30): a named sparse vector beside the dense one
         self.metadata: dict[str, str] = {}
         self._other_model = ""
+        self._without_sparse = False  # the collection has no sparse vector: created before --sparse
         self._db = None
 
     @classmethod
@@ -88,6 +91,7 @@ class QdrantSink(Sink):
         if not self.parsed.local:
             self._adopt_legacy_ledger()
         self.dims = _dims(schema, metadata)
+        self.sparse = schema.get_field_index("sparse") >= 0
         self.model = metadata.get("gpucli.model", "")
         self.metadata = {k: v for k, v in metadata.items() if k in ("gpucli.model", "gpucli.dims", "gpucli.version",
                                                                       "gpucli.task") + PROMPT_KEYS}
@@ -130,20 +134,25 @@ class QdrantSink(Sink):
         # Another model of the same dims: refused at the first write unless `reset` emptied the
         # collection first (--full, or a new ledger), so vectors of two models never mix.
         self._other_model = stored if stored and self.model and stored != self.model else ""
+        # A collection's vectors are fixed when it is made: `reset` (--full) makes it again with the sparse one
+        self._without_sparse = self.sparse and SPARSE_VECTOR not in (info.config.params.sparse_vectors or {})
 
     def _create(self) -> None:
         from qdrant_client import models
 
         name, client = self.parsed.collection, self.conn.client
         vectors = models.VectorParams(size=self.dims, distance=models.Distance.COSINE)
+        # --sparse bm25 (issue 30): BM25's IDF is Qdrant's, from the collection (tasks/_sparse.py)
+        sparse = {SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)} if self.sparse else None
         try:
-            self.conn.call("creating the collection",
-                           lambda: client.create_collection(name, vectors_config=vectors, metadata=self.metadata))
+            self.conn.call("creating the collection", lambda: client.create_collection(
+                name, vectors_config=vectors, sparse_vectors_config=sparse, metadata=self.metadata))
         except GpucliError as exc:
             if "metadata" not in str(exc) and "unknown field" not in str(exc):
                 raise
             # a server older than collection metadata (1.16): the points' `model` payload suffices
-            self.conn.call("creating the collection", lambda: client.create_collection(name, vectors_config=vectors))
+            self.conn.call("creating the collection", lambda: client.create_collection(
+                name, vectors_config=vectors, sparse_vectors_config=sparse))
         if not self.parsed.local:  # a keyword index on path keeps the stale-chunk and prune deletes cheap
             self.conn.call("indexing path", lambda: client.create_payload_index(
                 name, "path", models.PayloadSchemaType.KEYWORD, wait=True))
@@ -156,11 +165,17 @@ class QdrantSink(Sink):
             raise UsageError(f"{self.display} holds vectors of model {self._other_model!r}, not {self.model!r}: "
                              f"mixing models makes search meaningless. Use --model {self._other_model}, another "
                              "collection, or --full to empty this one and rebuild it")
+        if self._without_sparse:
+            raise UsageError(f"{self.display} was made without --sparse and has no sparse vector {SPARSE_VECTOR!r}; "
+                             "use --full to make it again with one, or another collection")
         ids, vectors, payloads = self._points(table)
+        sparse = _sparse_vectors(table) if self.sparse else None
         name = self.parsed.collection
         for start in range(0, len(ids), self.parsed.batch):
             end = start + self.parsed.batch
-            batch = models.Batch(ids=ids[start:end], vectors=vectors[start:end], payloads=payloads[start:end])
+            batch = models.Batch(ids=ids[start:end], payloads=payloads[start:end],  # "": the unnamed dense vector
+                                 vectors={"": vectors[start:end], SPARSE_VECTOR: sparse[start:end]} if self.sparse
+                                 else vectors[start:end])
             self.conn.call("upsert", lambda b=batch: self.conn.client.upsert(name, points=b, wait=True))
         self._remove_stale(chunk_counts(table))
         self._sync()
@@ -179,7 +194,7 @@ class QdrantSink(Sink):
         column = table.column("embedding").combine_chunks()
         vectors = np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
         vectors = vectors.reshape(len(table), self.dims).tolist()
-        keep = [c for c in table.column_names if c != "embedding" and (self.parsed.text or c != "text")]
+        keep = [c for c in table.column_names if c not in ("embedding", "sparse") and (self.parsed.text or c != "text")]
         rows = table.select(keep).to_pylist()
         for row in rows:
             row["model"] = self.model
@@ -219,10 +234,24 @@ class QdrantSink(Sink):
         name, client = self.parsed.collection, self.conn.client
         everything = models.FilterSelector(filter=models.Filter())
         self.conn.call("emptying the collection", lambda: client.delete(name, points_selector=everything, wait=True))
+        if self._without_sparse:
+            self._recreate()
         if self._other_model:
             self.conn.call("updating the collection", lambda: client.update_collection(name, metadata=self.metadata))
             self._other_model = ""
         self._sync()
+
+    def _recreate(self) -> None:
+        """--full on a collection made without --sparse: Qdrant adds no sparse vector to an existing
+        collection, so the (now empty) collection is made again, with it."""
+        name = self.parsed.collection
+        self._db = None
+        self.conn.call("recreating the collection", lambda: self.conn.client.delete_collection(name))
+        self._create()
+        self._db = group_commits(self.conn.client, name) if self.parsed.local else None
+        self._without_sparse = False
+        self.notices.append(f"made {self.display} again, with a sparse vector {SPARSE_VECTOR!r} (--sparse bm25): a "
+                            "Qdrant collection's vectors are fixed when it is created")
 
     def supersede(self, stale: dict[str, set[str]], pruned: set[str]) -> None:
         """Delete every point of the given paths. A redone file is upserted in place under the
@@ -250,6 +279,14 @@ def chunk_counts(table) -> dict[str, int]:
     for path, chunk in zip(row_keys(table).to_pylist(), table.column("chunk").to_pylist()):
         counts[path] = max(counts.get(path, 0), int(chunk) + 1)
     return counts
+
+
+def _sparse_vectors(table) -> list[Any]:
+    """The `sparse` column as Qdrant's sparse vectors, one per row (an empty one where a chunk has no term)."""
+    from qdrant_client import models
+
+    return [models.SparseVector(indices=row["indices"] if row else [], values=row["values"] if row else [])
+            for row in table.column("sparse").to_pylist()]
 
 
 def vector_params(info: Any, display: str) -> tuple[int, str]:
