@@ -87,10 +87,11 @@ class Progress:
 
     shows = False  # whether anything is shown: the counting walk runs only for a renderer that shows it
 
-    def __init__(self, task: str = "", cost_name: str = "items") -> None:
+    def __init__(self, task: str = "", cost_name: str = "items", quiet: bool = True) -> None:
         self.task = task
         self.cost_name = cost_name
         self.started = time.monotonic()
+        self.quiet = quiet  # --quiet: not a word; --progress off: no progress, but what went wrong (`warn`)
 
     def __enter__(self) -> Progress:
         return self
@@ -106,6 +107,13 @@ class Progress:
 
     def log(self, message: str) -> None:
         pass
+
+    def warn(self, message: str) -> None:
+        """Why a run failed as a whole ("no input"): shown with --progress off too, not with --quiet."""
+        if type(self).log is not Progress.log:
+            self.log(message)
+        elif not self.quiet:
+            print(f"gpucli: {message}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         pass
@@ -309,7 +317,7 @@ def _bars(console: Any, layout: Layout) -> Any:
 
 def make_progress(mode: str, quiet: bool, task: str, cost_name: str) -> Progress:
     if quiet or mode == "off":
-        return Progress(task, cost_name)
+        return Progress(task, cost_name, quiet=quiet)
     if mode == "rich" or (mode == "auto" and sys.stderr.isatty()):
         return RichProgress(task, cost_name)
     return PlainProgress(task, cost_name)
