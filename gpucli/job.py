@@ -143,6 +143,8 @@ class Job:
             self.task.open()
         self.spec = self.task.spec  # the backend the task resolved (issue 16): the workers run that, not auto
         quiet_parent_torch()
+        if hasattr(self.task, "keep_vectors"):  # --vector-type (issue 30): the sink and the ledger it stores for
+            self.task.keep_vectors(self.output)
         self.schema, metadata = tables.output(self.config, output_schema(self.task), output_metadata(self.task))
         settings = output_settings(self.spec, self.task, metadata)
         roots = self.config.paths or ((self.config.from_table,) if self.config.from_table else ())

@@ -210,14 +210,15 @@ class ParquetIndex:
         if not self.model or "embedding" not in schema.names or "path" not in schema.names:
             raise UsageError(f"--in {where}: not a gpucli embed output (no gpucli.model metadata or no "
                              "embedding column); make one with `gpucli embed DIR --out OUT.parquet`")
-        self.dims = schema.field("embedding").type.list_size
+        self.reading = _reading(where, meta, schema.field("embedding"))  # --vector-type (issue 30)
+        self.dims = self.reading.dims
 
     def nearest(self, vector: Any, k: int) -> list[Hit]:
         best = TopK(k)
         for batch in self.dataset.to_batches(columns=self.columns + ["embedding"], batch_size=BATCH_ROWS,
                                              batch_readahead=2, fragment_readahead=1):
             self.rows_scanned += batch.num_rows
-            best.offer(cosine(batch.column("embedding"), vector, self.dims), batch)
+            best.offer(self.reading.scores(self.reading.from_column(batch.column("embedding")), vector), batch)
         return best.hits()
 
     def close(self) -> None:
@@ -277,6 +278,7 @@ class JsonlIndex:
             raise UsageError(f"--in {where}: not a gpucli embed output (no ledger beside it names its model); make "
                              "one with `gpucli embed DIR --out OUT.jsonl`")
         self.dims = int(info["gpucli.dims"]) if info.get("gpucli.dims", "").isdigit() else self._first_dims()
+        self.reading = _reading(where, {**info, "gpucli.dims": str(self.dims)})  # --vector-type (issue 30)
 
     def _first_dims(self) -> int:
         with open(self.display, "rb") as f:
@@ -287,7 +289,7 @@ class JsonlIndex:
         best = TopK(k)
         for rows, matrix in self._batches():
             self.rows_scanned += len(rows)
-            best.offer(cosine_matrix(matrix, vector), _record_batch(rows))
+            best.offer(self.reading.scores(self.reading.matrix(matrix), vector), _record_batch(rows))
         return best.hits()
 
     def _batches(self) -> Any:
@@ -329,6 +331,16 @@ def _record_batch(rows: list[dict]) -> Any:
 
 def _ledger_info(where: str) -> dict[str, str]:
     """The `info` a run stored with its settings in the output's ledger ({} without one)."""
+    try:
+        settings = json.loads(_ledger_meta(where, "settings") or "{}")
+    except ValueError:
+        settings = {}
+    info = settings.get("info") if isinstance(settings, dict) else None
+    return {str(k): str(v) for k, v in info.items()} if isinstance(info, dict) else {}
+
+
+def _ledger_meta(where: str, key: str) -> str | None:
+    """One meta entry of the output's ledger (None without it, or without a ledger)."""
     from gpucli.errors import OutputError
     from gpucli.ledger_view import ReadOnlyLedger
     from gpucli.sinks import open_sink
@@ -339,13 +351,23 @@ def _ledger_info(where: str) -> dict[str, str]:
     except OutputError as exc:
         raise UsageError(f"--in {where}: its ledger {exc}") from None
     try:
-        settings = json.loads(ledger.meta("settings") or "{}")
-    except ValueError:
-        settings = {}
+        return ledger.meta(key)
     finally:
         ledger.close()
-    info = settings.get("info") if isinstance(settings, dict) else None
-    return {str(k): str(v) for k, v in info.items()} if isinstance(info, dict) else {}
+
+
+def _reading(where: str, meta: dict[str, str], field: Any = None) -> Any:
+    """How the output's vectors read back (--vector-type, gpucli/vectors.py): float16 and int8 as
+    float32, binary as packed bits; int8's calibration from the `embedding` field's metadata, else
+    from the ledger (all a JSON lines output has)."""
+    from gpucli.vectors import INT8_KEY, LEDGER_KEY, TYPE_KEY, Reading
+
+    in_field = field is not None and INT8_KEY.encode() in (field.metadata or {})
+    int8 = _ledger_meta(where, LEDGER_KEY) if meta.get(TYPE_KEY) == "int8" and not in_field else None
+    try:
+        return Reading.of(meta, field, int8)
+    except ValueError as exc:
+        raise UsageError(f"--in {where}: {exc}") from None
 
 
 def cosine(column: Any, vector: Any, dims: int) -> Any:

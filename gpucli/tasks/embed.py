@@ -49,6 +49,7 @@ from gpucli.tasks._text_policy import cpu_workers, reader_processes
 from gpucli.tasks._tokens import TextTokens
 from gpucli.tasks._unknown import Unknown
 from gpucli.tasks.base import ModelEntry, Task, TaskSpec
+from gpucli.vectors import Stored
 
 
 def _minilm_path() -> str:
@@ -312,7 +313,7 @@ class EmbedTask(Task):
 
     def info(self) -> dict[str, str]:
         return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
-                "gpucli.max_tokens": str(self.max_tokens),
+                "gpucli.max_tokens": str(self.max_tokens), **self.stored.info(),  # --vector-type (issue 30)
                 **st_info(self.st, self.options.normalize, self.prompts), **hub_info(self.resolved),
                 "gpucli.runtime": self.runtime, **quantize_info(self.options.quantize),  # issues 14, 16
                 "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True),  # issue 26
@@ -324,7 +325,7 @@ class EmbedTask(Task):
 
         schema = pa.schema([("chunk", pa.int32()), ("page", pa.int32()), ("char_start", pa.int64()),
                             ("char_end", pa.int64()), ("text", pa.string()),
-                            ("embedding", pa.list_(pa.float32(), self.dims))])
+                            ("embedding", self.stored.field_type())])
         return schema.append(pa.field("sparse", sparse_type())) if self.options.sparse else schema  # --sparse
 
     def prepare_many(self, sources: list[Source], datas: list[bytes]) -> tuple[Items | None, list[Failure]]:
@@ -420,6 +421,20 @@ class EmbedTask(Task):
         """--dims (issue 30): the first dims, renormalised when the model's vectors are normalised."""
         return truncated(pooled, self.dims, self.st.normalize_with(self.options.normalize))
 
+    # --- --vector-type (issue 30): how the output stores vectors (gpucli/vectors.py) ---
+    @property
+    def stored(self) -> Stored:
+        if getattr(self, "_stored", None) is None:
+            self._stored = Stored(self.options.vector_type, self.dims)
+        return self._stored
+
+    def keep_vectors(self, output: Any) -> None:
+        """The output this run writes: Qdrant keeps float vectors (its own datatypes and
+        quantization), and the ledger keeps int8's calibration for every later run."""
+        self._stored = Stored(self.options.vector_type, self.dims, keeps_floats=output.sink.name == "qdrant",
+                              ledger=lambda: output.ledger)
+    # --- end --vector-type ---
+
     def rows(self, items: Items, outputs: Any) -> tuple[Any, list[tuple[int, str]]]:
         """The batch's rows as columns: the vectors as one fixed-size-list block."""
         import pyarrow as pa
@@ -427,7 +442,7 @@ class EmbedTask(Task):
         vectors = np.asarray(outputs, dtype=np.float32)
         if vectors.shape != (len(items), self.dims):
             raise ValueError(f"expected {len(items)} vectors of {self.dims} dims, got an array of {vectors.shape}")
-        embedding = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), self.dims)
+        embedding = self.stored.column(vectors)  # --vector-type (issue 30): float16, int8 or packed bits
         page = items.meta["page"]
         table = pa.table({"chunk": pa.array(items.index, pa.int32()),
                           "page": pa.array(page, pa.int32(), mask=page == 0),
@@ -437,7 +452,7 @@ class EmbedTask(Task):
         if self.options.sparse:  # --sparse bm25 (issue 30): struct<indices, values> per row
             table = table.append_column("sparse", sparse_column(items.meta["sparse_indices"],
                                                                 items.meta["sparse_values"]))
-        return table, []
+        return self.stored.tag(table), []  # int8: its calibration in the field's metadata (issue 30)
 
 
 DOCUMENT_WEIGHT = 32  # files a document counts as in a read chunk (EmbedTask.read_weight)
