@@ -346,7 +346,7 @@ class Job:
         if stopping:
             return EXIT_SIGTERM if stopping == signal.SIGTERM else EXIT_SIGINT
         if self._found_nothing():
-            self.progress.log(self._nothing_found())
+            self.progress.warn(self._nothing_found())
             return EXIT_RUN_FAILED
         failing = {"any": s.failed, "new": s.failed - s.failed_known, "never": 0}[self.config.fail_on]
         return EXIT_FAILED if failing else EXIT_OK
