@@ -495,7 +495,8 @@ SEARCH_HELP = ("Show the chunks of an embed output nearest to QUERY (cosine simi
                "  gpucli search \"how do bees make honey\" --in embed.parquet\n"
                "  gpucli search \"tidal forces\" --in qdrant:./qdrant_data/docs -k 3 --json\n"
                "  gpucli search \"a red car at night\" --in photos.parquet   # made with an image-text model\n"
-               "  gpucli search --image query.jpg --in photos.parquet\n\n"
+               "  gpucli search --image query.jpg --in photos.parquet\n"
+               "  gpucli search \"ZX-4471Q pump\" --in embed.parquet --mode hybrid   # made with --sparse bm25\n\n"
                "The query is embedded with the model the output was made with (named in its metadata). A Parquet "
                "dataset or a JSON lines file is scanned in batches with bounded memory; Qdrant searches itself.")
 SEARCH_EXIT = ("Exit codes: 0 done; 1 the search failed (e.g. Qdrant unreachable); 2 bad usage or not an embed "
@@ -521,12 +522,16 @@ def search(
     image: Annotated[str, typer.Option("--image", metavar="FILE", show_default=False,
                                        help="Look for what is nearest to this image instead of words (an output "
                                             "made with an image-text model: CLIP, SigLIP).")] = "",
+    mode: Annotated[str, typer.Option("--mode", metavar="dense|sparse|hybrid", help=(
+        "dense: cosine of the vectors; sparse: BM25 over the sparse vectors of an output made with --sparse bm25 "
+        "(IDF from the output itself, or Qdrant's); hybrid: both top lists fused by reciprocal rank, score = sum "
+        "of 1/(60 + rank)."))] = "dense",
 ) -> None:
     """The nearest chunks (help: SEARCH_HELP)."""
     with _exit_codes():
         from gpucli import search as searching
 
-        result = searching.search(source, query, k, image)
+        result = searching.search(source, query, k, image, mode)
         searching.render(result, json_out)
 
 

@@ -27,6 +27,8 @@ from gpucli.sinks.qdrant.connection import Connection
 from gpucli.sinks.qdrant.embedded import group_commits
 from gpucli.sinks.qdrant.filters import qdrant_conditions, qdrant_filters
 from gpucli.sinks.qdrant.target import is_qdrant, parse_target
+from gpucli.sinks.qdrant.vector_types import params as vector_type_params
+from gpucli.sinks.qdrant.vector_types import stored_type
 
 # Fixed forever: changing it would change every point id and duplicate every collection.
 NAMESPACE = uuid.UUID("6f1c3a0e-8d2b-5b7e-9a41-3c5d2e7f9b10")
@@ -61,6 +63,8 @@ class QdrantSink(Sink):
         self.metadata: dict[str, str] = {}
         self._other_model = ""
         self._without_sparse = False  # the collection has no sparse vector: created before --sparse
+        self.vector_type = "float32"  # --vector-type (issue 30): Qdrant's way for each (vector_types.py)
+        self._other_type = ""  # the vector type the collection was made for, when another
         self._db = None
 
     @classmethod
@@ -93,8 +97,9 @@ class QdrantSink(Sink):
         self.dims = _dims(schema, metadata)
         self.sparse = schema.get_field_index("sparse") >= 0
         self.model = metadata.get("gpucli.model", "")
+        self.vector_type = metadata.get("gpucli.vector_type", "float32")
         self.metadata = {k: v for k, v in metadata.items() if k in ("gpucli.model", "gpucli.dims", "gpucli.version",
-                                                                      "gpucli.task") + PROMPT_KEYS}
+                                                                      "gpucli.task", "gpucli.vector_type") + PROMPT_KEYS}
         self.conn = Connection(self.parsed)
         name = self.parsed.collection
         try:
@@ -136,12 +141,14 @@ class QdrantSink(Sink):
         self._other_model = stored if stored and self.model and stored != self.model else ""
         # A collection's vectors are fixed when it is made: `reset` (--full) makes it again with the sparse one
         self._without_sparse = self.sparse and SPARSE_VECTOR not in (info.config.params.sparse_vectors or {})
+        self._other_type = "" if stored_type(info) == self.vector_type else stored_type(info)  # made again by reset
 
     def _create(self) -> None:
         from qdrant_client import models
 
         name, client = self.parsed.collection, self.conn.client
-        vectors = models.VectorParams(size=self.dims, distance=models.Distance.COSINE)
+        vectors = models.VectorParams(size=self.dims, distance=models.Distance.COSINE,
+                                      **vector_type_params(self.vector_type))  # --vector-type (issue 30)
         # --sparse bm25 (issue 30): BM25's IDF is Qdrant's, from the collection (tasks/_sparse.py)
         sparse = {SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)} if self.sparse else None
         try:
@@ -168,6 +175,9 @@ class QdrantSink(Sink):
         if self._without_sparse:
             raise UsageError(f"{self.display} was made without --sparse and has no sparse vector {SPARSE_VECTOR!r}; "
                              "use --full to make it again with one, or another collection")
+        if self._other_type:
+            raise UsageError(f"{self.display} was made for --vector-type {self._other_type}, not {self.vector_type}; "
+                             "use --full to make it again, or another collection")
         ids, vectors, payloads = self._points(table)
         sparse = _sparse_vectors(table) if self.sparse else None
         name = self.parsed.collection
@@ -234,7 +244,7 @@ class QdrantSink(Sink):
         name, client = self.parsed.collection, self.conn.client
         everything = models.FilterSelector(filter=models.Filter())
         self.conn.call("emptying the collection", lambda: client.delete(name, points_selector=everything, wait=True))
-        if self._without_sparse:
+        if self._without_sparse or self._other_type:
             self._recreate()
         if self._other_model:
             self.conn.call("updating the collection", lambda: client.update_collection(name, metadata=self.metadata))
@@ -249,9 +259,12 @@ class QdrantSink(Sink):
         self.conn.call("recreating the collection", lambda: self.conn.client.delete_collection(name))
         self._create()
         self._db = group_commits(self.conn.client, name) if self.parsed.local else None
+        what = f"a sparse vector {SPARSE_VECTOR!r} (--sparse bm25)" if self._without_sparse else \
+            f"--vector-type {self.vector_type}"
         self._without_sparse = False
-        self.notices.append(f"made {self.display} again, with a sparse vector {SPARSE_VECTOR!r} (--sparse bm25): a "
-                            "Qdrant collection's vectors are fixed when it is created")
+        self._other_type = ""
+        self.notices.append(f"made {self.display} again, with {what}: a Qdrant collection's vectors are fixed when "
+                            "it is created")
 
     def supersede(self, stale: dict[str, set[str]], pruned: set[str]) -> None:
         """Delete every point of the given paths. A redone file is upserted in place under the
