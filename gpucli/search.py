@@ -9,6 +9,13 @@ model's modules as for documents (`gpucli.tasks._st_modules`).
 A Parquet dataset is scanned in record batches with a running top-k (memory bounded by
 one batch, whatever the dataset's size); a Qdrant collection is asked with `query_points`.
 
+`--mode sparse` and `--mode hybrid` (an output made with `--sparse bm25`, issue 30) score BM25 over
+the rows' sparse vectors (tasks/_sparse.py): the query's distinct terms, cut by the output's
+model's tokenizer, each weighing 1. Over Parquet and JSON lines two passes: the document
+frequency of the query's terms (memory: one counter per query term), then the scores; Qdrant
+applies its IDF modifier itself. Hybrid fuses the dense and the sparse top lists by reciprocal
+rank fusion, score = sum 1 / (60 + rank), in Qdrant by `query_points` with both prefetched.
+
 Its size (over 400 lines): the three output kinds (Parquet, JSON lines, Qdrant) each need an
 index that reads them, and the rendering fits the terminal; the query's model is the task's own.
 """
@@ -24,6 +31,7 @@ from typing import Any
 
 from gpucli.errors import GpucliError, InputError, RunFailedError, UsageError
 from gpucli.sinks.qdrant import Connection, is_qdrant, parse_target, vector_params
+from gpucli.sinks.qdrant.sink import SPARSE_VECTOR
 from gpucli.terminal import cut, fit, width_of
 
 BATCH_ROWS = 16_384
@@ -64,20 +72,27 @@ class SearchResult:
     search_s: float
 
 
-def search(where: str, query: str, k: int = 10, image: str = "") -> SearchResult:
+MODES = ("dense", "sparse", "hybrid")  # --mode (issue 30)
+
+
+def search(where: str, query: str, k: int = 10, image: str = "", mode: str = "dense") -> SearchResult:
     """Open the output, embed the query with its model (the words of `query`, or the image file
     `image` for an output of an image-text model), and return the k nearest chunks. A server
     that stays unreachable is the search's failure (exit 1, `search --help`), not a run's (the
     sinks' RunFailedError, exit 3)."""
     try:
-        return _search(where, query, k, image)
+        return _search(where, query, k, image, mode)
     except RunFailedError as exc:
         raise GpucliError(str(exc)) from None
 
 
-def _search(where: str, query: str, k: int, image: str = "") -> SearchResult:
+def _search(where: str, query: str, k: int, image: str = "", mode: str = "dense") -> SearchResult:
     if k < 1:
         raise UsageError("-k must be at least 1")
+    if mode not in MODES:
+        raise UsageError(f"--mode must be one of {', '.join(MODES)}")
+    if mode != "dense" and image:
+        raise UsageError(f"--mode {mode} matches words; search by --image is dense only")
     if image and query.strip():
         raise UsageError("give a QUERY in words or --image FILE, not both")
     if not image and not query.strip():
@@ -85,19 +100,31 @@ def _search(where: str, query: str, k: int, image: str = "") -> SearchResult:
     data = _image_bytes(image) if image else b""
     index = open_index(where)
     try:
+        if mode != "dense" and not index.sparse:
+            raise UsageError(f"--mode {mode}: {index.display} holds no sparse vectors (it was made without "
+                             "--sparse bm25); search it with --mode dense, or embed again with --sparse bm25 --full")
         t0 = time.perf_counter()
         cut = {"dims": index.truncate_dims} if index.truncate_dims else {}  # --dims (issue 30)
-        vector = (embed_image_query(index.model, data, image, **cut) if image
-                  else embed_query(index.model, query, index.query_prompt, **cut))
-        if vector.shape[0] != index.dims:
+        vector = None if mode == "sparse" else (embed_image_query(index.model, data, image, **cut) if image
+                                                else embed_query(index.model, query, index.query_prompt, **cut))
+        terms = None if mode == "dense" else query_terms(index.model, query)  # --mode sparse, hybrid
+        if vector is not None and vector.shape[0] != index.dims:
             raise UsageError(f"--in {index.display}: model {index.model!r} now makes {vector.shape[0]}-d vectors, "
                              f"but the output holds {index.dims}-d ones")
         t1 = time.perf_counter()
-        hits = index.nearest(vector, k)
+        hits = _hits(index, mode, vector, terms, k)
         t2 = time.perf_counter()
     finally:
         index.close()
     return SearchResult(index.display, index.model, hits, index.rows_scanned, t1 - t0, t2 - t1)
+
+
+def _hits(index: Any, mode: str, vector: Any, terms: Any, k: int) -> list[Hit]:
+    if mode == "sparse":
+        return index.lexical(terms, k)
+    if mode == "hybrid":
+        return index.hybrid(vector, terms, k)
+    return index.nearest(vector, k)
 
 
 def open_index(where: str) -> ParquetIndex | JsonlIndex | QdrantIndex:
@@ -156,6 +183,33 @@ def _query_task(model: str, dims: int = 0) -> Any:
     return task
 
 
+def query_terms(model: str, query: str) -> Any:
+    """The query's distinct BM25 terms (tasks/_sparse.py), ascending: its token ids as the output's
+    model cut its documents, less special and punctuation tokens. Loads the tokenizer, not the model."""
+    from gpucli.records import Source
+    from gpucli.tasks._sparse import Terms
+
+    task = _query_task(model)
+    try:
+        block, failures = task.prepare_many([Source(0, "<query>", "<query>")], [query.encode("utf-8")])
+        if failures:
+            raise InputError(failures[0].stage, failures[0].error)
+    except InputError as exc:
+        raise UsageError(f"the query cannot be matched: {exc}") from None
+    terms = Terms(task.tokenizer).query(block.payload.values)
+    if not len(terms):
+        raise UsageError("the query has no words to match (only punctuation); give some words to look for")
+    return terms
+
+
+def fused(lists: list[list[Hit]], k: int) -> list[Hit]:
+    """Reciprocal rank fusion of ranked hit lists (dense, sparse): each hit's score its fused one."""
+    from gpucli.tasks._sparse import fuse
+
+    return [Hit(score, **{key: value for key, value in asdict(hit).items() if key != "score"})
+            for score, hit in fuse(lists, k, key=lambda hit: (hit.path, hit.chunk))]
+
+
 def embed_image_query(model: str, data: bytes, name: str = "<image>", dims: int = 0) -> Any:
     """The unit vector of one image, by the image tower of the output's image-text model."""
     import numpy as np
@@ -207,6 +261,7 @@ class ParquetIndex:
         self.query_prompt = meta.get("gpucli.query_prompt")  # None: an output made before prompts were recorded
         self.truncate_dims = _int(meta.get("gpucli.truncate_dims"))  # --dims (issue 30): queries are cut alike
         self.columns = [c for c in HIT_COLUMNS if c in schema.names]
+        self.sparse = "sparse" in schema.names  # --sparse bm25 (issue 30)
         if not self.model or "embedding" not in schema.names or "path" not in schema.names:
             raise UsageError(f"--in {where}: not a gpucli embed output (no gpucli.model metadata or no "
                              "embedding column); make one with `gpucli embed DIR --out OUT.parquet`")
@@ -220,6 +275,29 @@ class ParquetIndex:
             self.rows_scanned += batch.num_rows
             best.offer(self.reading.scores(self.reading.from_column(batch.column("embedding")), vector), batch)
         return best.hits()
+
+    def lexical(self, terms: Any, k: int) -> list[Hit]:
+        """BM25 in two passes: the query terms' document frequencies, then every row's score."""
+        from gpucli.tasks._sparse import DocumentFrequencies
+
+        frequencies, rows = DocumentFrequencies(terms), 0
+        for batch in self._batches(["sparse"]):
+            rows += batch.num_rows
+            frequencies.count(batch.column("sparse"))
+        scorer, best = frequencies.scorer(), TopK(k)
+        for batch in self._batches(self.columns + ["sparse"]):
+            best.offer(scorer.scores(batch.column("sparse")), batch)
+        self.rows_scanned = max(self.rows_scanned, rows)  # hybrid reads the rows for both lists
+        return best.hits()
+
+    def hybrid(self, vector: Any, terms: Any, k: int) -> list[Hit]:
+        from gpucli.tasks._sparse import hybrid_depth
+
+        return fused([self.nearest(vector, hybrid_depth(k)), self.lexical(terms, hybrid_depth(k))], k)
+
+    def _batches(self, columns: list[str]) -> Any:
+        return self.dataset.to_batches(columns=columns, batch_size=BATCH_ROWS, batch_readahead=2,
+                                       fragment_readahead=1)
 
     def close(self) -> None:
         pass
@@ -279,6 +357,7 @@ class JsonlIndex:
                              "one with `gpucli embed DIR --out OUT.jsonl`")
         self.dims = int(info["gpucli.dims"]) if info.get("gpucli.dims", "").isdigit() else self._first_dims()
         self.reading = _reading(where, {**info, "gpucli.dims": str(self.dims)})  # --vector-type (issue 30)
+        self.sparse = "gpucli.sparse" in info  # --sparse bm25 (issue 30)
 
     def _first_dims(self) -> int:
         with open(self.display, "rb") as f:
@@ -310,6 +389,43 @@ class JsonlIndex:
                     rows, vectors = [], []
         if rows:
             yield rows, np.asarray(vectors, dtype=np.float32)
+
+    def lexical(self, terms: Any, k: int) -> list[Hit]:
+        """BM25 in two passes over the file, as over Parquet."""
+        from gpucli.tasks._sparse import DocumentFrequencies
+
+        frequencies, rows = DocumentFrequencies(terms), 0
+        for _, sparse in self._sparse_batches():
+            rows += len(sparse)
+            frequencies.count(sparse)
+        scorer, best = frequencies.scorer(), TopK(k)
+        for batch, sparse in self._sparse_batches():
+            best.offer(scorer.scores(sparse), batch)
+        self.rows_scanned = max(self.rows_scanned, rows)
+        return best.hits()
+
+    def hybrid(self, vector: Any, terms: Any, k: int) -> list[Hit]:
+        from gpucli.tasks._sparse import hybrid_depth
+
+        return fused([self.nearest(vector, hybrid_depth(k)), self.lexical(terms, hybrid_depth(k))], k)
+
+    def _sparse_batches(self) -> Any:
+        """(hit columns, sparse column) per BATCH_ROWS lines, as `_batches` reads them."""
+        import pyarrow as pa
+
+        from gpucli.tasks._sparse import arrow_type
+
+        rows: list[dict] = []
+        with open(self.display, "rb") as f:
+            for line in f:
+                row = _json_row(line)
+                if row is not None and isinstance(row.get("embedding"), list):
+                    rows.append(row)
+                if len(rows) >= BATCH_ROWS:
+                    yield _record_batch(rows), pa.array([row.get("sparse") for row in rows], arrow_type())
+                    rows = []
+        if rows:
+            yield _record_batch(rows), pa.array([row.get("sparse") for row in rows], arrow_type())
 
     def close(self) -> None:
         pass
@@ -403,7 +519,8 @@ class TopK:
         picked = [int(i) for i in picked if scores[i] > floor]
         if not picked:
             return
-        rows = batch.select([c for c in batch.schema.names if c != "embedding"]).take(picked).to_pylist()
+        shown = [c for c in batch.schema.names if c not in ("embedding", "sparse")]
+        rows = batch.select(shown).take(picked).to_pylist()
         for i, row in zip(picked, rows):
             self.best.append(Hit(float(scores[i]), row["path"], int(row.get("chunk") or 0), row.get("text") or "",
                                  row.get("char_start"), row.get("char_end"), row.get("page"), row.get("modality")))
@@ -433,6 +550,7 @@ class QdrantIndex:
             raise UsageError(f"--in {self.display}: no such collection")
         info = self.conn.call("reading the collection", lambda: client.get_collection(name))
         self.dims, _ = vector_params(info, self.display)
+        self.sparse = SPARSE_VECTOR in (info.config.params.sparse_vectors or {})  # --sparse bm25 (issue 30)
         metadata = getattr(info.config, "metadata", None) or {}
         self.model = metadata.get("gpucli.model", "")
         self.query_prompt = metadata.get("gpucli.query_prompt")  # None: not recorded (older output)
@@ -448,16 +566,57 @@ class QdrantIndex:
         client, name = self.conn.client, self.target.collection
         response = self.conn.call("searching", lambda: client.query_points(name, query=vector.tolist(), limit=k,
                                                                             with_payload=True))
-        hits = []
-        for point in response.points:
-            p = point.payload or {}
-            hits.append(Hit(float(point.score), str(p.get("path", "")), int(p.get("chunk") or 0),
-                            str(p.get("text") or ""), p.get("char_start"), p.get("char_end"), p.get("page"),
-                            p.get("modality")))
-        return hits
+        return _qdrant_hits(response)
+
+    def lexical(self, terms: Any, k: int) -> list[Hit]:
+        """BM25: the collection's sparse vectors against the query's terms, with Qdrant's IDF modifier."""
+        client, name = self.conn.client, self.target.collection
+        response = self.conn.call("searching", lambda: client.query_points(
+            name, query=_sparse_query(terms), using=SPARSE_VECTOR, limit=k, with_payload=True))
+        return _qdrant_hits(response)
+
+    def hybrid(self, vector: Any, terms: Any, k: int) -> list[Hit]:
+        """Both lists prefetched and fused by Qdrant (RRF with its k = 61: Qdrant's rank counts from
+        0, so its 1 / (k + rank0) is gpucli's 1 / (60 + rank)). A server that refuses a parametrised
+        RRF (older than 1.16) gets the two queries and gpucli's own fusion."""
+        from qdrant_client import models
+
+        from gpucli.tasks._sparse import RRF_K, hybrid_depth
+
+        client, name, depth = self.conn.client, self.target.collection, hybrid_depth(k)
+        prefetch = [models.Prefetch(query=vector.tolist(), limit=depth),
+                    models.Prefetch(query=_sparse_query(terms), using=SPARSE_VECTOR, limit=depth)]
+        try:
+            response = self.conn.call("searching", lambda: client.query_points(
+                name, prefetch=prefetch, query=models.RrfQuery(rrf=models.Rrf(k=RRF_K + 1)), limit=k,
+                with_payload=True))
+        except RunFailedError:
+            raise
+        except GpucliError:
+            if self.target.local:
+                raise
+            return fused([self.nearest(vector, depth), self.lexical(terms, depth)], k)
+        return _qdrant_hits(response)
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _qdrant_hits(response: Any) -> list[Hit]:
+    hits = []
+    for point in response.points:
+        p = point.payload or {}
+        hits.append(Hit(float(point.score), str(p.get("path", "")), int(p.get("chunk") or 0),
+                        str(p.get("text") or ""), p.get("char_start"), p.get("char_end"), p.get("page"),
+                        p.get("modality")))
+    return hits
+
+
+def _sparse_query(terms: Any) -> Any:
+    """The query's terms as Qdrant's sparse vector, each weighing 1 (as fastembed's BM25 queries)."""
+    from qdrant_client import models
+
+    return models.SparseVector(indices=[int(t) for t in terms], values=[1.0] * len(terms))
 
 
 # --- printing ---------------------------------------------------------------------------------
