@@ -3,8 +3,9 @@
 Each chunk gets BM25 term weights over the model's own tokenizer vocabulary: its terms are the
 token ids embed already has (the window's ids, never re-tokenized), less special tokens ([UNK],
 [CLS]...) and tokens of pure punctuation or white space ("-", "(", ",", a lone "Ġ" or "▁"; the
-subword markers "##", "Ġ", "▁" and byte-level BPE's newline and tab are stripped before looking). Symbols stay terms ("+" of "C++",
-"€"). The weight of term t with tf occurrences in a chunk of len kept tokens is
+subword markers "##", "Ġ", "▁" and byte-level BPE's newline and tab are stripped before looking).
+Symbols stay terms ("+" of "C++", "€"). The weight of term t with tf occurrences in a chunk of
+len kept tokens is
 
     w(t) = tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl)),   k1 = 1.2, b = 0.75, avgdl = 256
 
@@ -39,7 +40,7 @@ K1 = 1.2
 B = 0.75
 AVGDL = 256.0
 DESCRIPTION = f"bm25 k1={K1} b={B} avgdl={AVGDL:g} terms=tokenizer-ids"  # gpucli.sparse in the metadata
-MARKERS = ("##", "Ġ", "Ċ", "ĉ", "▁")  # WordPiece continuation; byte-level BPE space, newline, tab; SentencePiece space
+MARKERS = ("##", "Ġ", "Ċ", "ĉ", "▁")  # WordPiece "##"; byte-level BPE space, newline, tab; SentencePiece space
 
 
 def arrow_type() -> Any:
