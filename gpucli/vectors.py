@@ -206,6 +206,8 @@ class Reading:
         return np.asarray(values, np.float32)
 
     def from_column(self, column: Any) -> np.ndarray:
+        if hasattr(column, "combine_chunks"):  # a table's column; a record batch's is one array
+            column = column.combine_chunks()
         values = column.flatten().to_numpy(zero_copy_only=False)
         return self.matrix(np.asarray(values).reshape(-1, width(self.vector_type, self.dims)))
 

@@ -197,6 +197,7 @@ class ImageTextTask(EmbedTask):
 
         return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
                 "gpucli.max_tokens": str(self.max_tokens), "gpucli.modality": "image,text",
+                **self.stored.info(),  # --vector-type (issue 30): as for text models (gpucli/vectors.py)
                 "gpucli.model_type": self.model_type, "gpucli.normalize": str(self._normalizes).lower(),
                 "gpucli.prompt": self.prompt, "gpucli.image_processor": type(self.processor).__name__,
                 **hub_info(self.resolved), "gpucli.runtime": "torch",
@@ -212,7 +213,7 @@ class ImageTextTask(EmbedTask):
 
         return pa.schema([("chunk", pa.int32()), ("page", pa.int32()), ("char_start", pa.int64()),
                           ("char_end", pa.int64()), ("text", pa.string()), ("modality", pa.string()),
-                          ("embedding", pa.list_(pa.float32(), self.dims))])
+                          ("embedding", self.stored.field_type())])
 
     def prepare_many(self, sources: list[Source], datas: list[bytes]) -> tuple[Items | None, list[Failure]]:
         """Images one by one (decode, the processor's resize and crop), texts as embed prepares
@@ -389,8 +390,8 @@ class ImageTextTask(EmbedTask):
                           "char_end": pa.array(items.meta["char_end"].astype(np.int64), pa.int64(), mask=image),
                           "text": pa.array(items.meta["text"], pa.string()),
                           "modality": pa.array(items.meta["modality"], pa.string()),
-                          "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), self.dims)})
-        return table, []
+                          "embedding": self.stored.column(vectors)})  # --vector-type (issue 30)
+        return self.stored.tag(table), []
 
 
 def _image_items(source_ids: list[int], pixels: list[np.ndarray], cost: int) -> Items:
