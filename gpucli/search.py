@@ -578,7 +578,7 @@ class QdrantIndex:
     def hybrid(self, vector: Any, terms: Any, k: int) -> list[Hit]:
         """Both lists prefetched and fused by Qdrant (RRF with its k = 61: Qdrant's rank counts from
         0, so its 1 / (k + rank0) is gpucli's 1 / (60 + rank)). A server that refuses a parametrised
-        RRF (older than 1.16) gets the two queries and gpucli's own fusion."""
+        RRF (an older version) gets the two queries and gpucli's own fusion."""
         from qdrant_client import models
 
         from gpucli.tasks._sparse import RRF_K, hybrid_depth
