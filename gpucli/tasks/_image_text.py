@@ -93,6 +93,7 @@ class ImageTextTask(EmbedTask):
     name = "embed"  # embed itself for the user; not registered (an `_` module): EmbedTask.variant picks it
     suffixes = tuple(dict.fromkeys(EmbedTask.suffixes + IMAGE_SUFFIXES))
     queue_items = 512  # an image waits as ~150 KB at 224 x 224
+    terms = None  # --sparse is refused for image-text models (embed's prepare_many asks for its weights)
     read_chunk_files = 64
 
     def __init__(self, spec: Any) -> None:
