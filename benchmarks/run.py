@@ -29,6 +29,12 @@ if str(ROOT) not in sys.path:
 from benchmarks import coldstart, embed_cpu, external, extract_bench, host, host_ray, memory, overlap  # noqa: E402
 from benchmarks.common import Context, Figure, cpu_pressure, git_commit, machine  # noqa: E402
 
+
+def _image_embed(ctx: Context) -> list[Figure]:
+    """benchmarks/image_embed_bench.py (issue 29), through external.py's --json contract."""
+    return external.run_script(ctx, "image_embed")
+
+
 BENCHMARKS = {
     "host": host.run,
     "host-ray": host_ray.run,
@@ -38,6 +44,7 @@ BENCHMARKS = {
     "cold-start": coldstart.run,
     "classify": external.classify,
     "transcribe": external.transcribe,
+    "image-embed": _image_embed,
     "documents": extract_bench.run,
 }
 
