@@ -395,8 +395,9 @@ def _print_summary(s: Any) -> None:
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in s.stage_seconds.items())
     rates = f"{getattr(s, 'inputs_per_s', 0.0):.1f} inputs/s, {getattr(s, 'rows_per_s', 0.0):.1f} rows/s"
     lines = [
-        f"gpucli {s.task}: {state} in {s.elapsed_s:.1f}s — {s.inputs} inputs: {s.succeeded} succeeded, "
-        f"{s.failed} failed" + (f" ({s.unknown_tokens} in a language the model does not read)"
+        f"gpucli {s.task}: {state} in {s.elapsed_s:.1f}s — {s.inputs} inputs: {s.succeeded} succeeded"
+        + (f" ({s.deduplicated} deduplicated)" if getattr(s, "deduplicated", 0) else "")
+        + f", {s.failed} failed" + (f" ({s.unknown_tokens} in a language the model does not read)"
                                 if getattr(s, "unknown_tokens", 0) else "")
         + f", {s.skipped} skipped" + (f" ({s.unchanged} unchanged since the last run)" if s.unchanged else "")
         + (f", {s.unfinished} unfinished" if s.unfinished else "") + (f", {s.pruned} pruned" if s.pruned else ""),
