@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,18 @@ class ImageTextTask(EmbedTask):
     def __init__(self, spec: Any) -> None:
         super().__init__(spec)
         self._shm = ShmPool()
+        self._processor: Any = None
+        self._processor_lock = threading.Lock()  # reader threads ask for it at once
+
+    @property
+    def processor(self) -> Any:
+        """The model's own image processor (on Pillow: gpucli.tasks._classifiers), loaded once."""
+        with self._processor_lock:
+            if self._processor is None:
+                from gpucli.tasks._classifiers import _hf_processor
+
+                self._processor = _hf_processor(self.spec.model, self.path)
+            return self._processor
 
     def read_weight(self, path: str) -> int:
         if path.lower().endswith(IMAGE_SUFFIXES):
@@ -117,10 +130,9 @@ class ImageTextTask(EmbedTask):
 
     # --- parent ---------------------------------------------------------------------------
     def open(self) -> None:
-        """The model's config, tokenizer and image processor (transformers' processor: the parent
-        imports transformers for it, as classify does for a Hugging Face model)."""
-        from gpucli.tasks._classifiers import _hf_normalize, _hf_processor
-
+        """The model's config and tokenizer. Its image processor (transformers': seconds to import)
+        is loaded by the first image a reader prepares (`processor`), not here: the workers start
+        loading the model meanwhile, instead of after the parent's import."""
         self.resolved = resolve_model_dir(self.spec.model, self.spec.revision, kind="transformers",
                                           cache_first=self._in_worker)
         self.path = self.resolved.path
@@ -156,8 +168,7 @@ class ImageTextTask(EmbedTask):
         from gpucli.tasks._documents import Documents
 
         self.documents = Documents(self.options.extract_timeout)
-        self.processor = _hf_processor(self.spec.model, self.path)
-        self.normalize_pixels = _hf_normalize(self.processor)
+        self.processor_name = _processor_name(self.path)
         self.image_cost = _patches(vision)
         self.dims = int(config.get("projection_dim") or text.get("projection_size") or text.get("hidden_size") or 0)
         if not self.dims:
@@ -299,7 +310,9 @@ class ImageTextTask(EmbedTask):
                              "get_text_features")
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.use_mask = self.model_type not in PAD_TO_LENGTH  # SigLIP was trained without one (see the module doc)
-        norm = self.normalize_pixels
+        from gpucli.tasks._classifiers import _hf_normalize
+
+        norm = _hf_normalize(self.processor)
         self._mul = torch.tensor([norm.scale / s for s in norm.std], device=self.device).view(1, 3, 1, 1)
         self._sub = torch.tensor([m / s for m, s in zip(norm.mean, norm.std)], device=self.device).view(1, 3, 1, 1)
 
@@ -409,6 +422,15 @@ def _unshared(payloads: list[np.ndarray]) -> MixedBatch:
     text_at = tuple(i for i, p in enumerate(payloads) if p.dtype != np.uint8)
     return MixedBatch(len(payloads), [payloads[i] for i in image_at] if image_at else None,  # type: ignore[arg-type]
                       image_at, tuple(payloads[i] for i in text_at), text_at)
+
+
+def _processor_name(path: str) -> str:
+    """The image processor's class as the model names it (preprocessor_config.json), without loading it."""
+    try:
+        config = json.loads((Path(path) / "preprocessor_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return str(config.get("image_processor_type") or config.get("feature_extractor_type") or "")
 
 
 def _patches(vision: dict) -> int:
