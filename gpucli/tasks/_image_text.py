@@ -211,7 +211,7 @@ class ImageTextTask(EmbedTask):
                 "gpucli.max_tokens": str(self.max_tokens), "gpucli.modality": "image,text",
                 **self.stored.info(),  # --vector-type (issue 30): as for text models (gpucli/vectors.py)
                 "gpucli.model_type": self.model_type, "gpucli.normalize": str(self._normalizes).lower(),
-                "gpucli.prompt": self.prompt, "gpucli.image_processor": type(self.processor).__name__,
+                "gpucli.prompt": self.prompt, "gpucli.image_processor": self.processor_name,
                 **hub_info(self.resolved), "gpucli.runtime": "torch",
                 "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True),
                 **dims_info(self.full_dims, self.dims)}
