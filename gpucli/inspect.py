@@ -36,8 +36,8 @@ PART = re.compile(r"^part-\d+\.parquet$")
 # The metadata keys (gpucli. dropped) that `gpucli inspect` prints per task, when set; a task not
 # listed gets every key that is not common to all.
 TASK_KEYS = {
-    "embed": ("dims", "pooling", "normalize", "prompt", "prompt_name", "query_prompt", "query_prompt_name",
-              "max_tokens", "runtime", "quantize"),
+    "embed": ("dims", "full_dims", "vector_type", "sparse", "modality", "model_type", "pooling", "normalize", "prompt",
+              "prompt_name", "query_prompt", "query_prompt_name", "max_tokens", "runtime", "quantize"),
     "classify": ("backend", "num_classes", "top_k", "input_size", "image_processor", "runtime"),
     "transcribe": ("backend", "language", "vad", "beam_size"),
 }
