@@ -154,3 +154,30 @@ def test_embed_dedups_by_default_and_no_dedup_embeds_all(tree, tmp_path):
         assert rows["copy/a.txt"]["embedding"] == rows["a.txt"]["embedding"] or flag == "--no-dedup"
     assert summaries["--dedup"]["deduplicated"] == 1 and summaries["--no-dedup"]["deduplicated"] == 0
     assert summaries["--dedup"]["rows"] == summaries["--no-dedup"]["rows"] == 3
+
+
+def test_table_records_are_deduplicated_by_their_text_each_under_its_own_id(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpucli.config import RunConfig
+    from gpucli.pipeline import run
+    from tests.fake_task import FAKE
+
+    table, out, log = tmp_path / "t.parquet", tmp_path / "out.parquet", tmp_path / "batches.jsonl"
+
+    def run_table(records):
+        pq.write_table(pa.Table.from_pylist([{"id": rid, "body": body} for rid, body in records]), table)
+        return run(RunConfig(task=FAKE, from_table=str(table), out=str(out), progress="off", devices="cpu",
+                             text_column="body", task_options={**DEDUP, "batch_log": str(log)}))
+
+    records = [("a", "the same words"), ("b", "other words"), ("c", "the same words")]
+    first = run_table(records)
+    assert (first.succeeded, first.deduplicated) == (3, 1)
+    assert sorted(_texts(log)) == ["other words", "the same words"]
+    again = run_table(records + [("d", "other words")])  # a new record whose text the output holds
+    assert (again.succeeded, again.deduplicated, again.unchanged) == (1, 1, 3)
+    assert sorted(_texts(log)) == ["other words", "the same words"], "no forward pass for d"
+    rows = {r["id"]: r for r in read_rows(out)}
+    assert sorted(rows) == ["a", "b", "c", "d"] and {r["path"] for r in rows.values()} == {"t.parquet"}
+    assert rows["d"]["embedding"] == rows["b"]["embedding"] and rows["c"]["text"] == rows["a"]["text"]
