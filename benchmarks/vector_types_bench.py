@@ -22,6 +22,11 @@ with its Hamming top 40 rescored by the float32 vectors (what keeping floats wou
 
     python benchmarks/vector_types_bench.py                  # 3000 paragraphs, 200 queries
     python benchmarks/vector_types_bench.py --paragraphs 1000 --queries 100
+    python benchmarks/vector_types_bench.py --write          # + the table into RESULTS.md
+
+`--write` puts the table into benchmarks/RESULTS.md under "## Stored vector types (issue 30)"
+(replacing that section, or before "## Details"); run.py rewrites RESULTS.md whole, so run this
+again after it.
 """
 
 from __future__ import annotations
@@ -132,7 +137,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--paragraphs", type=int, default=3000)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--write", action="store_true", help="put the table into benchmarks/RESULTS.md")
     args = parser.parse_args()
+    lines: list[str] = []
+    say = lines.append
 
     t0 = time.perf_counter()
     texts = paragraphs(args.paragraphs)
@@ -143,30 +151,53 @@ def main() -> None:
     t1 = time.perf_counter()
     truth = top(qs @ docs.T)
     dims = docs.shape[1]
-    print(f"corpus: {len(texts)} paragraphs (sample_data/docs + /usr/share/doc), {len(queries)} first-sentence "
-          f"queries, minilm {dims}-d, embedded in {t1 - t0:.0f} s; k = {K}\n")
-    print("| stored as | recall@10 vs float32 | top-1 same | bytes/vector (values) | bytes/vector (Parquet, "
-          "compressed) | search reads |")
-    print("|---|---|---|---|---|---|")
+    say(f"corpus: {len(texts)} paragraphs (sample_data/docs + /usr/share/doc), {len(queries)} first-sentence "
+        f"queries, minilm {dims}-d, embedded in {t1 - t0:.0f} s; k = {K}\n")
+    say("| stored as | recall@10 vs float32 | top-1 same | bytes/vector (values) | bytes/vector (Parquet, "
+        "compressed) | search reads |")
+    say("|---|---|---|---|---|---|")
     how = {"float32": "cosine", "float16": "cosine of the half floats", "int8": "cosine of offset + code x scale",
            "binary": "1 - 2 Hamming / dims, no rescoring"}
     for vector_type in TYPES:
         scores, arrow_bytes, parquet_bytes = stored_scores(vector_type, docs, qs)
         r, same = recall(top(scores), truth)
         assert arrow_bytes == bytes_per_vector(vector_type, dims)
-        print(f"| {vector_type} | {r:.3f} | {same:.3f} | {arrow_bytes} | {parquet_bytes} | {how[vector_type]} |")
+        say(f"| {vector_type} | {r:.3f} | {same:.3f} | {arrow_bytes} | {parquet_bytes} | {how[vector_type]} |")
     whole: Int8Scale = calibrate(docs)
     r, same = recall(top(qs @ dequantize(quantize(docs, whole), whole).T), truth)
-    print(f"| int8, calibrated on the whole corpus (reference) | {r:.3f} | {same:.3f} | {dims} | — | — |")
+    say(f"| int8, calibrated on the whole corpus (reference) | {r:.3f} | {same:.3f} | {dims} | — | — |")
     packed = pack_bits(docs)
     rescored = []
     for q, bits in zip(qs, pack_bits(qs)):
         candidates = np.argsort(hamming(packed, bits), kind="stable")[: 4 * K]
         rescored.append(candidates[np.argsort(-(docs[candidates] @ q), kind="stable")[:K]])
     r, same = recall(np.asarray(rescored), truth)
-    print(f"| binary, Hamming top 40 rescored with float32 (reference: needs the floats kept) | {r:.3f} | "
-          f"{same:.3f} | {dims // 8} + {4 * dims} | — | — |")
-    print(f"\ntook {time.perf_counter() - t0:.0f} s")
+    say(f"| binary, Hamming top 40 rescored with float32 (reference: needs the floats kept) | {r:.3f} | "
+        f"{same:.3f} | {dims // 8} + {4 * dims} | — | — |")
+    say(f"\ntook {time.perf_counter() - t0:.0f} s, {time.strftime('%Y-%m-%d %H:%M %Z')}")
+    print("\n".join(lines))
+    if args.write:
+        write_section(ROOT / "benchmarks" / "RESULTS.md", lines)
+
+
+SECTION = "## Stored vector types (issue 30)"
+
+
+def write_section(results: Path, lines: list[str]) -> None:
+    """The section in RESULTS.md: in place of an earlier one, else before "## Details"."""
+    text = results.read_text(encoding="utf-8")
+    section = "\n".join([SECTION, "", "Written by `python benchmarks/vector_types_bench.py --write` (its docstring says "
+                         "how); run.py rewrites RESULTS.md without it: run this again after run.py.", "", *lines, ""])
+    if SECTION in text:
+        start = text.index(SECTION)
+        end = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+    elif "\n## Details" in text:
+        at = text.index("\n## Details") + 1
+        text = text[:at] + section + "\n" + text[at:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    results.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":
