@@ -15,12 +15,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gpucli.cli import app
 from tests.helpers import read_rows, run_fake
 
-OWN = ("path", "size", "mtime", "digest")  # a copy's own columns (digest: equal, being the same content)
+pytestmark = pytest.mark.slow  # every test runs the whole pipeline, some several times
+
 DEDUP = {"dedup": True}
 
 
@@ -140,6 +142,7 @@ def test_prune_of_the_original_keeps_the_copy_and_a_changed_copy_gets_its_own_ro
     assert rows["b.txt"]["text"] == "shared words"
 
 
+@pytest.mark.model
 def test_embed_dedups_by_default_and_no_dedup_embeds_all(tree, tmp_path):
     text = "Identical paragraphs appear in vendored copies of a project.\n"
     root = tree({"a.txt": text, "copy/a.txt": text, "b.txt": "Another paragraph entirely.\n"})
