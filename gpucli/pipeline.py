@@ -138,7 +138,8 @@ class Pipeline:
         self.writer.warm()
         if not self.pool.spawned:
             self.pool.spawn()
-        self.writer.start()
+        if self.writer.task is None:  # else started by copies of content the output holds (_read)
+            self.writer.start()
         dispatcher = asyncio.ensure_future(feed(self.pool, self.batcher, self.writer, self.config.part_rows,
                                                 lambda: bool(self.signal_received)))  # fills the Pipes while they load
         loading = asyncio.ensure_future(self.pool.start())
@@ -208,8 +209,8 @@ class Pipeline:
                 if copies is not None and chunk.sources:
                     chunk, copied = await asyncio.to_thread(copies.take, chunk)
                 block = job.accounts.read(chunk, copied)
-                if copied:  # rows to write (the writer starts with the workers)
-                    self.has_work.set()
+                if copied and self.writer.task is None:  # copies' rows need no model: no worker loads for them
+                    self.writer.start()
                 if block is not None:
                     self.has_work.set()
                     await self.queue.put(block)

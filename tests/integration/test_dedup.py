@@ -74,14 +74,17 @@ def test_a_rerun_copies_content_the_output_holds_without_a_forward_pass(tree, tm
     for name in ("out.parquet", "out.jsonl"):
         root = tree({"a.txt": "alpha one\nalpha two\n", "b.txt": "beta\n"}, name=f"tree-{name}")
         out = tmp_path / name
-        log = tmp_path / f"{name}.log"
-        assert run_fake([root], out, {**DEDUP, "batch_log": str(log)}).succeeded == 2
+        log, loaded = tmp_path / f"{name}.log", tmp_path / f"{name}.loaded"
+        options = {**DEDUP, "batch_log": str(log), "ready_marker": str(loaded)}
+        assert run_fake([root], out, options).succeeded == 2
         (root / "later").mkdir()
         (root / "later/a-copy.txt").write_text("alpha one\nalpha two\n")
         log.unlink()
-        summary = run_fake([root], out, {**DEDUP, "batch_log": str(log)})
+        loaded.unlink()
+        summary = run_fake([root], out, options)
         assert (summary.succeeded, summary.deduplicated, summary.unchanged, summary.rows) == (1, 1, 2, 2), name
         assert _texts(log) == [], f"{name}: no forward pass"
+        assert not loaded.exists(), f"{name}: no worker loaded a model for copies alone"
         rows = read_rows(out) if name.endswith(".parquet") else _jsonl(out)
         by_path = _rows_by_path(rows)
         assert by_path["later/a-copy.txt"] == by_path["a.txt"], name
