@@ -33,6 +33,8 @@ Two places an original's rows come from:
   range); the copy's items are dropped and it is COMPLETE at once. A sink that cannot read its
   rows back (Qdrant) returns None: such copies are embedded again. So are copies whose rows do
   not come back as the ledger counted them (a part gone since): embedding is always correct.
+  A rerun whose only new inputs are such copies loads no model: the writer starts with the
+  first copy (pipeline.Pipeline._read), the workers only for model work.
 
 What is not saved: a copy is still read, hashed and prepared (tokenized) by the reader, since
 its digest needs its bytes and reader processes do not share the run's state; and a copy read
