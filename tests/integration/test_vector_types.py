@@ -152,3 +152,19 @@ def test_a_float32_output_refuses_another_vector_type_naming_full(tree, tmp_path
     assert b"gpucli.vector_type" not in pq.read_schema(sorted(out.glob("part-*.parquet"))[0]).metadata
     refused = embed(tree, out, "--vector-type", "int8")
     assert refused.exit_code == 2 and "--full" in refused.output and "vector_type" in refused.output
+
+
+def test_an_image_text_model_stores_its_vectors_as_text_models_do(tmp_path):
+    pytest.importorskip("PIL.Image")
+    from tests.helpers import SAMPLE
+    from tests.image_text_models import save_tiny_clip
+
+    model = save_tiny_clip(tmp_path / "clip")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "astronaut.jpg").write_bytes((SAMPLE / "images" / "astronaut.jpg").read_bytes())
+    out = tmp_path / "clip.parquet"
+    assert embed(tree, out, "--model", str(model), "--vector-type", "binary").exit_code == 0
+    schema = pq.read_schema(sorted(out.glob("part-*.parquet"))[0])
+    assert schema.field("embedding").type.list_size == 2  # 16 dims packed in 2 bytes
+    assert schema.metadata[b"gpucli.vector_type"] == b"binary"
