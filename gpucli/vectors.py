@@ -10,7 +10,7 @@
   `offset[d] + code * scale[d]`. The calibration comes from the data: the output's first batch of
   vectors (its per-dimension min and max: `offset` the midpoint, `scale` MARGIN times the
   half-range over 127, so that later vectors up to twice as far out still fit; beyond that they
-  clip). One calibration per output, never per part, so that rows copied or rewritten between
+  clip; a first batch of fewer than MIN_ROWS rows gets one symmetric scale: see `calibrate`). One calibration per output, never per part, so that rows copied or rewritten between
   parts (dedup, reruns, --prune) stay right: it is kept in the output's ledger (meta key
   `vectors.int8`), which later runs read, and written beside every part's vectors, in the
   `embedding` field's metadata (`gpucli.int8`: JSON `{"offset": [...], "scale": [...]}`), so a
@@ -38,6 +38,7 @@ TYPE_KEY = "gpucli.vector_type"  # output metadata (only for a type other than f
 INT8_KEY = "gpucli.int8"  # the embedding field's metadata: the int8 calibration
 LEDGER_KEY = "vectors.int8"  # the ledger's meta: the output's int8 calibration, for later runs
 MARGIN = 2.0  # int8 range: this many times the calibration batch's half-range, per dimension
+MIN_ROWS = 64  # rows a calibration batch needs for a range per dimension (calibrate)
 LIMIT = 127  # int8 codes -127..127 (symmetric: -128 unused)
 POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
@@ -61,13 +62,18 @@ class Int8Scale:
 
 
 def calibrate(matrix: np.ndarray) -> Int8Scale:
-    """Offset and scale from a calibration batch: midpoint and MARGIN x half-range per dimension.
-    A dimension that does not vary in the batch (one vector) gets the batch's largest magnitude."""
+    """Offset and scale from a calibration batch: per dimension, the midpoint and MARGIN x the
+    half-range. A batch of fewer than MIN_ROWS rows cannot tell each dimension's range (on 1000 real
+    paragraphs, minilm: calibrated on 2 to 16 rows, 55 % to 1.4 % of values clipped and recall@10
+    fell to 0.78-0.96; on 64 rows 0.04 %, 0.992): it gets one symmetric scale for every dimension,
+    offset 0 and MARGIN x its largest magnitude (0.99 from a single row)."""
     matrix = np.asarray(matrix, dtype=np.float32)
+    dims = matrix.shape[1]
+    if len(matrix) < MIN_ROWS:
+        half = np.full(dims, max(float(np.abs(matrix).max()), 1e-6), np.float32)
+        return Int8Scale(np.zeros(dims, np.float32), (MARGIN * half / LIMIT).astype(np.float32))
     low, high = matrix.min(axis=0), matrix.max(axis=0)
-    half = (high - low) / 2
-    floor = max(float(np.abs(matrix).max()), 1e-6)
-    half = np.where(half > 1e-6, half, floor)
+    half = np.maximum((high - low) / 2, 1e-6)
     return Int8Scale(((low + high) / 2).astype(np.float32), (MARGIN * half / LIMIT).astype(np.float32))
 
 

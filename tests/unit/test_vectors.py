@@ -80,15 +80,16 @@ def test_int8_codes_read_back_within_half_a_step_per_dimension():
 
 
 def test_int8_calibration_leaves_room_for_later_vectors_and_clips_beyond():
-    scale = calibrate(np.array([[-0.1, 0.0], [0.1, 0.2]], np.float32))
+    scale = calibrate(np.array([[-0.1, 0.0], [0.1, 0.2]] * 32, np.float32))  # 64 rows: a range per dimension
     np.testing.assert_allclose(scale.offset, [0.0, 0.1])
     np.testing.assert_allclose(scale.scale * 127, [0.2, 0.2])  # twice the half-range: MARGIN
     assert quantize(np.array([[0.2, 0.15], [5.0, -5.0]], np.float32), scale).tolist() == [[127, 32], [127, -127]]
 
 
-def test_int8_calibration_of_one_vector_still_spans_its_values():
-    scale = calibrate(np.array([[0.5, -0.25]], np.float32))
-    assert np.all(scale.scale > 0)
+def test_int8_calibration_of_a_small_first_batch_is_one_symmetric_scale():
+    scale = calibrate(np.array([[0.5, -0.25]], np.float32))  # too few rows for a range per dimension
+    np.testing.assert_array_equal(scale.offset, [0, 0])
+    np.testing.assert_allclose(scale.scale * 127, [1.0, 1.0])  # MARGIN x the largest magnitude
     np.testing.assert_allclose(dequantize(quantize(np.array([[0.5, -0.25]]), scale), scale), [[0.5, -0.25]], atol=1e-2)
 
 
