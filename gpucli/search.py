@@ -555,6 +555,10 @@ class QdrantIndex:
         self.model = metadata.get("gpucli.model", "")
         self.query_prompt = metadata.get("gpucli.query_prompt")  # None: not recorded (older output)
         self.truncate_dims = _int(metadata.get("gpucli.truncate_dims"))
+        from gpucli.sinks.qdrant.vector_types import search_params
+
+        # int8, binary (issue 30): Qdrant rescores; embedded mode searches exactly (and warns of the parameter)
+        self.search_params = None if self.target.local else search_params(metadata.get("gpucli.vector_type", ""))
         if not self.model:  # a collection made by hand or by an older server: ask a point
             points, _ = self.conn.call("reading a point", lambda: client.scroll(name, limit=1, with_payload=["model"]))
             self.model = (points[0].payload or {}).get("model", "") if points else ""
@@ -564,8 +568,8 @@ class QdrantIndex:
 
     def nearest(self, vector: Any, k: int) -> list[Hit]:
         client, name = self.conn.client, self.target.collection
-        response = self.conn.call("searching", lambda: client.query_points(name, query=vector.tolist(), limit=k,
-                                                                            with_payload=True))
+        response = self.conn.call("searching", lambda: client.query_points(
+            name, query=vector.tolist(), limit=k, with_payload=True, search_params=self.search_params))
         return _qdrant_hits(response)
 
     def lexical(self, terms: Any, k: int) -> list[Hit]:

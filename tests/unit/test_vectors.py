@@ -176,3 +176,18 @@ def test_int8_and_bits_are_dictionary_encoded_to_about_a_byte_a_value_in_parquet
     pq.write_table(table, buffer, use_dictionary=parquet_dictionary(table.schema))
     assert pq.ParquetFile(io.BytesIO(buffer.getvalue())).metadata.row_group(0).column(0).total_compressed_size < most * 2000
     assert parquet_dictionary(pa.table({"embedding": Stored("float16", 8).column(unit_rows(2, 8))}).schema) == []
+
+
+@pytest.mark.parametrize("vector_type", ["float32", "float16", "int8", "binary"])
+def test_qdrant_params_make_a_collection_that_reports_its_type_back(vector_type):
+    from types import SimpleNamespace
+
+    from qdrant_client import models
+
+    from gpucli.sinks.qdrant.vector_types import params, search_params, stored_type
+
+    vectors = models.VectorParams(size=8, distance=models.Distance.COSINE, **params(vector_type))
+    info = SimpleNamespace(config=SimpleNamespace(params=SimpleNamespace(vectors=vectors), quantization_config=None))
+    assert stored_type(info) == vector_type
+    quantized = search_params(vector_type)
+    assert (quantized is not None and quantized.quantization.rescore) == (vector_type in ("int8", "binary"))

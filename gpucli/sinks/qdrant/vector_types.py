@@ -47,3 +47,18 @@ def stored_type(info: Any) -> str:
     if quantization is not None and getattr(quantization, "binary", None) is not None:
         return "binary"
     return "float32"
+
+
+OVERSAMPLING = {"int8": 2.0, "binary": 3.0}  # candidates from the quantized vectors, per hit asked
+
+
+def search_params(vector_type: str) -> Any:
+    """`gpucli search` over a quantized collection: rescore with the original vectors, taking
+    OVERSAMPLING times the hits asked from the quantized ones (Qdrant's advice for binary: 2-3x);
+    None for other types. Embedded mode accepts and ignores it."""
+    if vector_type not in OVERSAMPLING:
+        return None
+    from qdrant_client import models
+
+    return models.SearchParams(quantization=models.QuantizationSearchParams(
+        rescore=True, oversampling=OVERSAMPLING[vector_type]))
