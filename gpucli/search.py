@@ -486,21 +486,6 @@ def _reading(where: str, meta: dict[str, str], field: Any = None) -> Any:
         raise UsageError(f"--in {where}: {exc}") from None
 
 
-def cosine(column: Any, vector: Any, dims: int) -> Any:
-    """Cosine of every row's vector with the (unit) query vector; zero vectors score 0."""
-    import numpy as np
-
-    matrix = np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dims)
-    return cosine_matrix(matrix, vector)
-
-
-def cosine_matrix(matrix: Any, vector: Any) -> Any:
-    import numpy as np
-
-    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))  # no n x d temporary, unlike linalg.norm
-    return (matrix @ vector) / np.maximum(norms, 1e-12)
-
-
 class TopK:
     """The k best rows seen so far; each batch contributes its own best k (argpartition)."""
 
