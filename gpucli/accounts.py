@@ -181,7 +181,8 @@ class Accounts:
         table = with_path(part.table, [sources[i].path for i in rows.tolist()], self.schema)
         for name, column in zip(input_fields(), input_columns(sources, rows)):
             table = table.append_column(name, column)
-        return dataclasses.replace(part, table=table)
+        tag = getattr(self.task, "tag_part", None)  # embed --vector-type int8: its calibration in every part
+        return dataclasses.replace(part, table=tag(table) if tag is not None else table)
 
     def _arrived(self, ids: np.ndarray) -> None:
         unique, counts = np.unique(ids, return_counts=True)

@@ -491,7 +491,8 @@ def models_table(rows: list[dict[str, Any]], console: Any = None) -> None:
                            "--model too", width, "  ")), soft_wrap=True)
 
 
-SEARCH_HELP = ("Show the chunks of an embed output nearest to QUERY (cosine similarity).\n\n"
+SEARCH_HELP = ("Show the chunks of an embed output nearest to QUERY: by cosine similarity (Hamming distance for "
+               "binary vectors), BM25 with --mode sparse, or both fused by rank with --mode hybrid.\n\n"
                "\b\nExamples:\n"
                "  gpucli search \"how do bees make honey\" --in embed.parquet\n"
                "  gpucli search \"tidal forces\" --in qdrant:./qdrant_data/docs -k 3 --json\n"

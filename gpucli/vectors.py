@@ -158,6 +158,10 @@ class Stored:
 
     def tag(self, table: Any) -> Any:
         """`table` with the int8 calibration in its `embedding` field's metadata (other types: as it is)."""
+        if self.kind == "int8" and self.int8 is None and self._ledger is not None:  # a part of copies only
+            ledger = self._ledger()
+            kept = ledger.meta(LEDGER_KEY) if ledger is not None else None
+            self.int8 = Int8Scale.from_json(kept) if kept else None
         if self.kind != "int8" or self.int8 is None:
             return table
         i = table.schema.get_field_index("embedding")

@@ -177,6 +177,8 @@ class ImageTextTask(EmbedTask):
 
         self.full_dims = self.dims  # --dims (issue 30): the first dims of both towers' vectors
         self.dims = checked_dims(self.spec.model, self.path, self.full_dims, self.options.dims, self.options.force_dims)
+        if self.dims == self.full_dims and self.options.dims:  # all the model's dims: no cut, no new setting
+            self.options = dataclasses.replace(self.options, dims=0)
         hidden, layers = int(vision.get("hidden_size") or 768), int(vision.get("num_hidden_layers") or 12)
         self.layer_weights = layers * 12 * hidden * hidden
 
@@ -455,8 +457,6 @@ def _pad_id(path: str, tokenizer: Any, text: dict) -> int:
 
 
 def _on_torch(spec: Any) -> Any:
-    import dataclasses
-
     return dataclasses.replace(spec, options={**spec.options, "backend": "torch"}, runtime="torch")
 
 

@@ -14,7 +14,7 @@ and host policies are the `_` modules beside it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from gpucli.tasks._text_policy import cpu_workers, reader_processes
 from gpucli.tasks._tokens import TextTokens
 from gpucli.tasks._unknown import Unknown
 from gpucli.tasks.base import ModelEntry, Task, TaskSpec
-from gpucli.vectors import Stored
+from gpucli.vectors import VECTOR_TYPES, Stored
 
 
 def _minilm_path() -> str:
@@ -91,7 +91,6 @@ def _suggested(repo_id: str, description: str) -> ModelEntry:
                       lambda: repo_id, lambda: hub_cached(repo_id))
 
 
-VECTOR_TYPES = ("float32", "float16", "int8", "binary")  # --vector-type (issue 30)
 SPARSE_KINDS = ("", "bm25")  # --sparse (issue 30)
 
 
@@ -133,8 +132,8 @@ class EmbedOptions:
         "help": "Allow --dims for a model that gives no sign of Matryoshka training.", "flag": "--force-dims",
         "default_help": "off", "fingerprint": False})
     vector_type: str = field(default="float32", metadata={
-        "help": "How vectors are stored: float32, float16, int8 (scale per dimension in the metadata) or binary "
-                "(one bit per dimension).", "flag": "--vector-type", "fingerprint": "unless-default"})
+        "help": "How vectors are stored: float32, float16, int8 (calibrated on the output's first vectors) or "
+                "binary (one bit per dimension, searched by Hamming distance); Qdrant quantizes in its own way.", "flag": "--vector-type", "fingerprint": "unless-default"})
     sparse: str = field(default="", metadata={
         "help": "bm25: also store a sparse lexical vector per chunk (term weights over the model's tokenizer "
                 "vocabulary) for hybrid search; Qdrant gets a named sparse vector with its idf modifier.",
@@ -299,6 +298,8 @@ class EmbedTask(Task):
         self.full_dims = self.dims  # --dims (issue 30, tasks/_dims.py): rows keep the first `dims`
         self.dims = checked_dims(self.spec.model, self.resolved.path, self.full_dims, self.options.dims,
                                  self.options.force_dims, known=False if self.resolved.source == "package" else None)
+        if self.dims == self.full_dims and self.options.dims:  # --dims of all the model's dims: no cut, no new setting
+            self.options = replace(self.options, dims=0)
 
     # --- model fidelity (issue 14) ---
     def use_prompt(self, prompt: str) -> None:
@@ -453,6 +454,11 @@ class EmbedTask(Task):
             table = table.append_column("sparse", sparse_column(items.meta["sparse_indices"],
                                                                 items.meta["sparse_values"]))
         return self.stored.tag(table), []  # int8: its calibration in the field's metadata (issue 30)
+
+    def tag_part(self, table: Any) -> Any:
+        """A whole part's table with int8's calibration in its field metadata: a part whose first rows
+        are copies read back (dedup) holds it too, so that every part file decodes alone (issue 30)."""
+        return self.stored.tag(table)
 
 
 DOCUMENT_WEIGHT = 32  # files a document counts as in a read chunk (EmbedTask.read_weight)

@@ -77,7 +77,27 @@ def test_dims_cut_renormalise_record_and_search(tmp_path, matryoshka_model):
     assert again.exit_code == 0 and json.loads(again.stdout.strip().splitlines()[-1])["unchanged"] == len(TEXTS)
 
     # search cuts the query the same way: a document's own text is its own best hit, at cosine ~1
-    hits = runner.invoke(app, ["search", TEXTS["moon.txt"], "--in", str(cut_out), "-k", "2", "--json"])
-    assert hits.exit_code == 0, hits.output
-    first = json.loads(hits.stdout.splitlines()[0])
-    assert first["path"] == "moon.txt" and first["score"] > 0.999
+    for where in (cut_out, _qdrant_copy(runner, tree, matryoshka_model, tmp_path)):
+        hits = runner.invoke(app, ["search", TEXTS["moon.txt"], "--in", str(where), "-k", "2", "--json"])
+        assert hits.exit_code == 0, hits.output
+        first = json.loads(hits.stdout.splitlines()[0])
+        assert first["path"] == "moon.txt" and first["score"] > 0.999
+
+
+def _qdrant_copy(runner, tree, model, tmp_path) -> str:
+    """The same rows in an embedded Qdrant collection (its metadata must name the cut too)."""
+    where = f"qdrant:{tmp_path / 'qdrant'}/cut"
+    assert _embed(runner, tree, "--model", model, "--dims", "64", "--out", where).exit_code == 0
+    return where
+
+
+def test_dims_of_all_the_models_dims_is_no_cut_and_no_new_setting():
+    from gpucli.settings import output_settings
+    from gpucli.tasks import TaskSpec
+    from gpucli.tasks.embed import EmbedTask
+
+    plain, every = (EmbedTask(TaskSpec("embed", "minilm", options)) for options in ({}, {"dims": 384}))
+    for task in (plain, every):
+        task.open()
+    assert every.dims == 384 and every.options.dims == 0
+    assert output_settings(every.spec, every, {})["options"] == output_settings(plain.spec, plain, {})["options"]

@@ -96,11 +96,15 @@ def test_int8_in_parquet_keeps_its_calibration_over_an_incremental_run(tree, tmp
     (tree / "salt.txt").write_text("Salt is mined from ancient sea beds or evaporated from brine.")
     try:
         assert embed(tree, out, "--vector-type", "int8").exit_code == 0
+        (tree / "bees again.txt").write_text(TEXTS["bees.txt"])  # a copy: its rows read back (dedup), no model
+        assert embed(tree, out, "--vector-type", "int8").exit_code == 0
     finally:
         (tree / "salt.txt").unlink()
+        (tree / "bees again.txt").unlink(missing_ok=True)
     parts = sorted(out.glob("part-*.parquet"))
+    # every part decodes alone, the one that holds only the copy's rows read back too
     calibrations = {pq.read_schema(p).field("embedding").metadata[INT8_KEY.encode()] for p in parts}
-    assert len(parts) == 2 and len(calibrations) == 1
+    assert len(parts) == 3 and len(calibrations) == 1
     import sqlite3
 
     with sqlite3.connect(out.parent / "int8.parquet.gpucli" / "ledger.sqlite") as db:

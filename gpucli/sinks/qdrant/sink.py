@@ -99,7 +99,8 @@ class QdrantSink(Sink):
         self.model = metadata.get("gpucli.model", "")
         self.vector_type = metadata.get("gpucli.vector_type", "float32")
         self.metadata = {k: v for k, v in metadata.items() if k in ("gpucli.model", "gpucli.dims", "gpucli.version",
-                                                                      "gpucli.task", "gpucli.vector_type") + PROMPT_KEYS}
+                                                                      "gpucli.task", "gpucli.vector_type", "gpucli.truncate_dims",
+                                                                      "gpucli.full_dims") + PROMPT_KEYS}
         self.conn = Connection(self.parsed)
         name = self.parsed.collection
         try:
