@@ -23,7 +23,7 @@ from gpucli.summary import RunSummary
 
 def dry_run(config: RunConfig) -> RunSummary:
     job = Job(config)
-    job.task_cls = job.task_cls.variant(job.spec)  # embed with an image-text model finds images too
+    job.task_cls = job.task_cls.variant(job.spec, download=False)  # image-text: images too; nothing fetched
     sink = open_sink(config.out or f"{job.task_cls.name}.parquet", state_dir=config.state_dir)
     try:
         known = ReadOnlyLedger(ledger_dir(sink) / LEDGER)  # where it is now, or where an earlier gpucli kept it

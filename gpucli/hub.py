@@ -87,10 +87,11 @@ class ResolvedModel:
 
 
 def resolve_model_dir(model: str, revision: str = "", kind: str = "transformers", *,
-                      cache_first: bool = False) -> ResolvedModel:
+                      cache_first: bool = False, cache_only: bool = False) -> ResolvedModel:
     """A local directory as it is; a Hub id through the Hugging Face cache (downloading on a
     miss when the Hub is reachable). `cache_first`: take a cached snapshot without asking the
-    Hub (a worker, after its parent resolved the same model); the Hub only on a miss."""
+    Hub (a worker, after its parent resolved the same model); the Hub only on a miss.
+    `cache_only`: never the Hub (`--dry-run` downloads nothing); a miss is a UsageError."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}. This is a bug.")
     if os.path.isdir(model):
@@ -99,6 +100,8 @@ def resolve_model_dir(model: str, revision: str = "", kind: str = "transformers"
         return ResolvedModel(path=model, source="local")
     if looks_like_path(model) or os.path.exists(model) or not HUB_ID.match(model):
         raise _no_such_directory(model)
+    if cache_only:
+        return _snapshot(model, revision, kind, local_only=True)
     if cache_first or offline():
         try:
             return _snapshot(model, revision, kind, local_only=True)

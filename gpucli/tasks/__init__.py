@@ -42,4 +42,4 @@ def get_task(name: str) -> type[Task]:
 def create_task(spec: TaskSpec) -> Task:
     """The task that runs `spec` in a worker, a reader process or a Ray actor: its variant for the
     model (Task.variant), which the parent has resolved."""
-    return get_task(spec.name).variant(spec, in_worker=True)(spec)
+    return get_task(spec.name).variant(spec)(spec)

@@ -62,12 +62,13 @@ def is_image_text(path: str) -> bool:
     return model_kind(path)[0] is ModelKind.IMAGE_TEXT
 
 
-def image_text_dir(model: str, revision: str = "") -> str | None:
+def image_text_dir(model: str, revision: str = "", download: bool = True) -> str | None:
     """The local directory of `model` when it is an image-text model, else None. A Hub id is taken
-    from the cache (downloaded where the Hub is reachable and it is not cached); a model that
-    cannot be found is left to the text task, whose loader says what to do."""
+    from the cache (downloaded where the Hub is reachable and it is not cached, unless not
+    `download`); a model that cannot be found is left to the text task, whose loader says what to do."""
     try:
-        path = resolve_model_dir(model, revision, kind="transformers", cache_first=True).path
+        path = resolve_model_dir(model, revision, kind="transformers", cache_first=True,
+                                 cache_only=not download).path
     except UsageError:
         return None
     return path if is_image_text(path) else None

@@ -102,10 +102,11 @@ class Task:
         return None
 
     @classmethod
-    def variant(cls, spec: TaskSpec, in_worker: bool = False) -> type[Task]:
+    def variant(cls, spec: TaskSpec, download: bool = True) -> type[Task]:
         """The class that runs `spec`: this one, or a variant for the model it names (embed with
         an image-text model reads images too). Called before the task is built, in every process
-        that builds one (`create_task`); `in_worker` where the parent has resolved the model."""
+        that builds one (`create_task`); without `download`, only from what is on this machine
+        (`--dry-run`, which fetches nothing)."""
         return cls
 
     def reader_processes(self, cores: int, devices: list[str]) -> int:

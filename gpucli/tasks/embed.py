@@ -240,14 +240,15 @@ class EmbedTask(Task):
     _in_worker = False  # set by setup: the worker takes the model the parent resolved, from the cache
 
     @classmethod
-    def variant(cls, spec: TaskSpec, in_worker: bool = False) -> type[Task]:
+    def variant(cls, spec: TaskSpec, download: bool = True) -> type[Task]:
         """ImageTextTask (tasks/_image_text.py) for an image-text model (CLIP, SigLIP): it embeds
-        images too, into the text tower's vector space; this task for a text encoder."""
+        images too, into the text tower's vector space; this task for a text encoder. Without
+        `download` (`--dry-run`) a Hub id not in the cache is taken for a text model."""
         if cls is not EmbedTask or ALIASES.get(spec.model.lower(), spec.model.lower()) in MODELS:
             return cls
         from gpucli.tasks._image_text import ImageTextTask, image_text_dir
 
-        return ImageTextTask if image_text_dir(spec.model, spec.revision) else cls
+        return ImageTextTask if image_text_dir(spec.model, spec.revision, download) else cls
 
     @classmethod
     def models(cls) -> list[ModelEntry]:
