@@ -148,7 +148,6 @@ def embed_queries(model: str, queries: list[str], prompt: str | None = None, dim
     output's --dims (0: all), which cuts the query's vector as it cut the rows'."""
     import numpy as np
 
-    from gpucli.records import Source
 
     task = _query_task(model, dims)
     task.setup("cpu")
@@ -160,15 +159,24 @@ def embed_queries(model: str, queries: list[str], prompt: str | None = None, dim
     task.use_prompt(task.prompts.query if prompt is None else prompt)  # after setup, which sets the document's
     vectors = []
     for query in queries:
-        try:
-            block, failures = task.prepare_many([Source(0, "<query>", "<query>")], [query.encode("utf-8")])
-            if failures:
-                raise InputError(failures[0].stage, failures[0].error)
-        except InputError as exc:
-            raise UsageError(f"the query cannot be embedded: {exc}") from None
+        block = query_block(task, query, "embedded")
         vector = np.asarray(task.predict(block.payload), dtype=np.float32).mean(axis=0)
         vectors.append(vector / max(float(np.linalg.norm(vector)), 1e-12))
     return vectors
+
+
+def query_block(task: Any, query: str, what: str) -> Any:
+    """The query cut as the task cuts a document (its windows' block); a query the task refuses
+    (no tokens, unknown to the model) is a usage error saying so."""
+    from gpucli.records import Source
+
+    try:
+        block, failures = task.prepare_many([Source(0, "<query>", "<query>")], [query.encode("utf-8")])
+        if failures:
+            raise InputError(failures[0].stage, failures[0].error)
+    except InputError as exc:
+        raise UsageError(f"the query cannot be {what}: {exc}") from None
+    return block
 
 
 def _query_task(model: str, dims: int = 0) -> Any:
@@ -186,16 +194,10 @@ def _query_task(model: str, dims: int = 0) -> Any:
 def query_terms(model: str, query: str) -> Any:
     """The query's distinct BM25 terms (tasks/_sparse.py), ascending: its token ids as the output's
     model cut its documents, less special and punctuation tokens. Loads the tokenizer, not the model."""
-    from gpucli.records import Source
     from gpucli.tasks._sparse import Terms
 
     task = _query_task(model)
-    try:
-        block, failures = task.prepare_many([Source(0, "<query>", "<query>")], [query.encode("utf-8")])
-        if failures:
-            raise InputError(failures[0].stage, failures[0].error)
-    except InputError as exc:
-        raise UsageError(f"the query cannot be matched: {exc}") from None
+    block = query_block(task, query, "matched")
     terms = Terms(task.tokenizer).query(block.payload.values)
     if not len(terms):
         raise UsageError("the query has no words to match (only punctuation); give some words to look for")

@@ -282,3 +282,22 @@ def block(pairs: list[tuple[int, int]]) -> Any:
 
 def outputs(items: Any) -> list[dict]:
     return [{"words": 2, "embedding": [float(sid), 0.0, 0.0, 0.0]} for sid in items.source_ids.tolist()]
+
+
+def sigkill_after_parts(script: str, out: Path, parts: int = 3, timeout_s: float = 60) -> None:
+    """Run `script` (python -c) in its own process group, and SIGKILL the whole group once `out`
+    holds `parts` complete parts (or after `timeout_s`): a run killed mid-way, for rerun tests."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and len(list(out.glob("part-*.parquet"))) < parts:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucli.cli import app
-from tests.helpers import read_rows, run_fake
+from tests.helpers import read_rows, run_fake, sigkill_after_parts
 
 pytestmark = pytest.mark.slow  # every test runs the whole pipeline, some several times
 
@@ -107,16 +103,7 @@ def test_sigkill_mid_run_then_rerun_gives_every_input_and_copy_once(tree, tmp_pa
     root = tree(files)
     out = tmp_path / "out.parquet"
     script = KILLED_RUN.format(root=str(Path(__file__).resolve().parents[2]), src=str(root), out=str(out))
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(list(out.glob("part-*.parquet"))) < 3:
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    sigkill_after_parts(script, out)
     done_before = {r["path"] for r in read_rows(out)}
     assert 0 < len(done_before) < 300
     summary = run_fake([root], out, {"sleep_ms": 30, "dedup": True}, batch_size=4)

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 from collections import Counter
@@ -17,7 +14,7 @@ from typer.testing import CliRunner
 
 from gpucli.errors import LockedError, UsageError
 from gpucli.lock import RunLock
-from tests.helpers import read_rows, run_fake
+from tests.helpers import read_rows, run_fake, sigkill_after_parts
 
 pytestmark = pytest.mark.slow
 
@@ -161,16 +158,7 @@ def test_sigkill_of_the_command_then_rerun_gives_every_input_once(tree, tmp_path
     root = tree(files)
     out = tmp_path / "out.parquet"
     script = KILLED_RUN.format(root=str(Path(__file__).resolve().parents[2]), src=str(root), out=str(out))
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(list(out.glob("part-*.parquet"))) < 3:
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    sigkill_after_parts(script, out)
     done_before = {r["path"] for r in read_rows(out)}
     assert 0 < len(done_before) < 400
     summary = run_fake([root], out, {"sleep_ms": 30}, batch_size=4)  # the same settings as the killed run
