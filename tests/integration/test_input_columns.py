@@ -121,5 +121,10 @@ def test_jsonl_rows_are_written_without_pandas(tree, tmp_path):
     assert result.returncode == 0, result.stderr
     row = json.loads(out.read_text().splitlines()[0])
     mtime = (root / "a.txt").stat().st_mtime_ns
-    assert row["mtime"].endswith("+00:00") and dt.datetime.fromisoformat(row["mtime"]).timestamp() == \
-        pytest.approx(mtime / 1e9, abs=1e-6)
+    # exact to the nanosecond: the whole seconds through datetime, the fraction as digits (a float
+    # of ~1.8e9 seconds cannot hold a microsecond, and fromisoformat drops the last 3 digits)
+    text = row["mtime"]
+    assert text.endswith("+00:00")
+    whole, _, fraction = text.removesuffix("+00:00").partition(".")
+    seconds = dt.datetime.fromisoformat(whole + "+00:00").timestamp()
+    assert int(seconds) * 10**9 + int(fraction.ljust(9, "0") or 0) == mtime
