@@ -37,6 +37,7 @@ class Known:
     mtime_ns: int
     digest: str
     status: Status
+    version: str = ""  # an object's ETag or generation (gpucli/stores); "" for a file
 
 
 class Action(enum.Enum):
@@ -54,13 +55,15 @@ class Decision:
 def decide(known: Known | None, source: Source) -> Decision:
     """What a run does with an input the walk found, from what the ledger knows of its path:
     the one rule of the reader, the Ray driver and `--dry-run`. A failed input runs again (it
-    may have been fixed); a done one is unchanged when its size and mtime are, else it is read
+    may have been fixed); a done one is unchanged when its size and mtime are (and, for an object
+    in a bucket, its ETag: a rewrite within the store's one-second mtime is seen), else it is read
     and hashed, and skipped still when the content is the same (a touch, a copy)."""
     if known is None:
         return Decision(Action.RUN, "new input")
     if known.status is not Status.DONE:
         return Decision(Action.RUN, "failed before: a run tries it again")
-    if (known.size, known.mtime_ns) == (source.size, source.mtime_ns):
-        return Decision(Action.UNCHANGED, "done earlier, same size and mtime", known.digest)
+    if (known.size, known.mtime_ns, known.version) == (source.size, source.mtime_ns, source.version):
+        return Decision(Action.UNCHANGED, "done earlier, same size and mtime" + (" and ETag" if source.version else ""),
+                        known.digest)
     return Decision(Action.RUN, "changed since it was done (a run hashes it first: same content is skipped)",
                     known.digest)

@@ -2,8 +2,9 @@
 
 The ledger is SQLite in the sink's state directory (beside the output: `OUT.parquet.gpucli/`,
 `OUT.jsonl.gpucli/`; gpucli/state_dir.py, which also moves it from where earlier versions kept
-it). Per input path: size, mtime_ns, content hash, status, and the location (part file) holding
-its current rows. The rules that keep the output exact:
+it). Per input path: size, mtime_ns, content hash, status, the location (part file) holding
+its current rows, and for an object in a bucket its ETag or generation (`version`, gpucli/stores;
+added to older ledgers when they are opened, '' for files). The rules that keep the output exact:
 
 * An input is marked done only after the part holding its rows is durable (renamed and
   fsynced). A part on disk that the ledger does not list was left by a crash between the
@@ -56,7 +57,8 @@ from gpucli.records import Source
 SCHEMA = """
 create table if not exists meta (key text primary key, value text);
 create table if not exists files (path text primary key, size integer, mtime_ns integer, digest text,
-                                  status text, error text, location text, rows integer, updated real);
+                                  status text, error text, location text, rows integer, updated real,
+                                  version text not null default '');
 create table if not exists locations (name text primary key, rows integer, created real);
 create table if not exists stale (location text, path text, primary key (location, path));
 create table if not exists attempts (path text primary key, size integer, mtime_ns integer, count integer);
@@ -122,6 +124,13 @@ def _ledger_error(exc: BaseException, path: Path) -> OutputError | None:
     return sqlite_error(exc, str(path)) if isinstance(exc, sqlite3.Error) else None
 
 
+def _add_version_column(db: sqlite3.Connection) -> None:
+    """A ledger written before objects in buckets were inputs gets the `version` column ('' for
+    every file, which is what a file's Source carries: its decisions stay the same)."""
+    if "version" not in {row[1] for row in db.execute("pragma table_info(files)")}:
+        db.execute("alter table files add column version text not null default ''")
+
+
 class _LedgerFile:
     """The ledger's file: the connection, its guard, and the output-wide entries of `meta` (the
     settings, the reset mark). Thread-safe; errors as `_Guarded` says."""
@@ -142,6 +151,7 @@ class _LedgerFile:
                 self._db.execute("pragma journal_mode=wal")
                 self._db.execute("pragma synchronous=full")
                 self._db.executescript(SCHEMA)
+                _add_version_column(self._db)
                 if check and self._db.execute("pragma quick_check(1)").fetchone()[0] != "ok":
                     raise sqlite3.DatabaseError("pragma quick_check found it damaged")
             except BaseException as exc:
@@ -206,9 +216,9 @@ class Ledger(_LedgerFile):
             for start in range(0, len(paths), 500):
                 chunk = paths[start : start + 500]
                 marks = ",".join("?" * len(chunk))
-                for row in self._db.execute(f"select path, size, mtime_ns, digest, status from files "
+                for row in self._db.execute(f"select path, size, mtime_ns, digest, status, version from files "
                                             f"where path in ({marks})", chunk):
-                    found[row[0]] = Known(row[1], row[2], row[3], Status.of_stored(row[4]))
+                    found[row[0]] = Known(row[1], row[2], row[3], Status.of_stored(row[4]), row[5])
         return found
 
     def done_with_digests(self, digests: list[str]) -> dict[str, tuple[str, str | None, int]]:
@@ -306,17 +316,20 @@ class Ledger(_LedgerFile):
                 self._db.executemany("insert or ignore into stale select location, path from files "
                                      "where path=? and location is not null and location != ?",
                                      ((source.path, location or "") for source in sources))
-            self._db.executemany("insert or replace into files values (?, ?, ?, ?, ?, '', ?, ?, ?)",
-                                 ((source.path, source.size, source.mtime_ns, source.digest, DONE, location, rows, now)
-                                  for source, rows in zip(sources, rows_per_source)))
+            self._db.executemany("insert or replace into files (path, size, mtime_ns, digest, status, error, "
+                                 "location, rows, updated, version) values (?, ?, ?, ?, ?, '', ?, ?, ?, ?)",
+                                 ((source.path, source.size, source.mtime_ns, source.digest, DONE, location, rows, now,
+                                   source.version) for source, rows in zip(sources, rows_per_source)))
 
     def mark_unchanged(self, sources: list[Source]) -> None:
         """Same content (a touch, a copy: maybe a new mtime): remember the stat to skip faster
         next time. One transaction per read chunk; rows whose stat is the same are not written."""
         with self._lock, self._db:
             self._db.execute("begin")
-            self._db.executemany("update files set size=?, mtime_ns=? where path=? and (size!=? or mtime_ns!=?)",
-                                 ((s.size, s.mtime_ns, s.path, s.size, s.mtime_ns) for s in sources))
+            self._db.executemany("update files set size=?, mtime_ns=?, version=? where path=? "
+                                 "and (size!=? or mtime_ns!=? or version!=?)",
+                                 ((s.size, s.mtime_ns, s.version, s.path, s.size, s.mtime_ns, s.version)
+                                  for s in sources))
 
     def mark_failed(self, path: str, error: str, size: int = -1, mtime_ns: int = -1) -> bool:
         """One transaction: the input is failed with this content's size and mtime, and the rows

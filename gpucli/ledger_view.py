@@ -61,11 +61,16 @@ class ReadOnlyLedger:
         if self._db is None:
             return {}
         found = {}
+        version = "version" if self._has_version() else "''"  # a ledger older than bucket inputs: files only
         for path in paths:
-            row = self._db.execute("select size, mtime_ns, digest, status from files where path=?", (path,)).fetchone()
+            row = self._db.execute(f"select size, mtime_ns, digest, status, {version} from files where path=?",
+                                   (path,)).fetchone()
             if row is not None:
-                found[path] = Known(row[0], row[1], row[2], Status.of_stored(row[3]))
+                found[path] = Known(row[0], row[1], row[2], Status.of_stored(row[3]), row[4])
         return found
+
+    def _has_version(self) -> bool:
+        return any(row[1] == "version" for row in self._db.execute("pragma table_info(files)"))
 
     def done_paths(self) -> set[str]:
         if self._db is None:

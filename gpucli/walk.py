@@ -20,6 +20,7 @@ from pathlib import Path
 from gpucli.errors import UsageError
 from gpucli.own_outputs import is_output_dir, outputs_among
 from gpucli.records import Failure, Source
+from gpucli.stores.url import is_url
 
 NON_REGULAR = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
                stat.S_IFBLK: "a block device"}
@@ -126,7 +127,13 @@ def walk_blocks(roots: list[str], flt: WalkFilter, exclude: Iterable[str | os.Pa
     its state: an output inside the input tree would otherwise read itself). Any other gpucli
     output under a root, its state and failures files gpucli wrote are skipped too (see
     `own_outputs.outputs_among`), unless given as a root. `report`, if given, is filled for `--prune`
-    (see WalkReport)."""
+    (see WalkReport). URL roots (`s3://bucket/prefix`) are listed by gpucli/stores/listing.py,
+    under the same contract (outputs are local: `exclude` has nothing there)."""
+    if any(is_url(r) for r in roots):
+        from gpucli.stores.listing import list_blocks
+
+        yield from list_blocks(roots, flt, report if report is not None else WalkReport())
+        return
     paths = [Path(os.path.abspath(r)) for r in roots]
     for p in paths:
         if not p.exists() and not p.is_symlink():
@@ -366,7 +373,10 @@ def count_inputs(roots: list[str], flt: WalkFilter, exclude: Iterable[str | os.P
     of entries it cannot read), learnt without a `stat` per file nor an object per input:
     the progress's total, known long before the reader has been everywhere. Memory grows
     with the directories only, as the walk's. A hint: files may come and go before the walk
-    reaches them. None when `stop` was set before the count ended."""
+    reaches them. None when `stop` was set before the count ended, and for URL roots (a second
+    listing of a bucket costs requests; the progress shows no total there)."""
+    if any(is_url(r) for r in roots):
+        return None
     paths = [Path(os.path.abspath(r)) for r in roots if os.path.lexists(r)]
     counter = _Counter(paths, flt, frozenset(os.path.realpath(e) for e in exclude), stop)
     try:
