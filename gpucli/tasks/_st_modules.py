@@ -363,6 +363,56 @@ def _pool_one(mode: str, hidden: Any, mask: Any, original: Any) -> Any:
     raise ValueError(f"pooling mode {mode!r} is not one of {POOLING_MODES}. This is a bug.")
 
 
+def pool_numpy(hidden: Any, mask: Any, config: EmbedModelConfig, normalize: bool | None = None,
+               prompt_length: int = 0) -> Any:
+    """`pool` on numpy arrays, for the ONNX Runtime worker: the same modes and arithmetic
+    (float32 sums, the same clamps), so that an ONNX worker needs no torch at all (its import
+    was ~1.6-2.5 s of each worker's start on a CPU host, issue 34). Returns float32."""
+    import numpy as np
+
+    hidden = np.asarray(hidden, dtype=np.float32)
+    original = np.asarray(mask)
+    mask = original
+    if prompt_length and not config.include_prompt:
+        mask = mask.copy()
+        mask[:, :prompt_length] = 0
+    vectors = np.concatenate([_pool_one_numpy(mode, hidden, mask, original) for mode in config.pooling], axis=-1)
+    vectors = vectors.astype(np.float32, copy=False)
+    if config.normalize_with(normalize):  # torch.nn.functional.normalize: x / max(||x||, 1e-12)
+        with np.errstate(invalid="ignore"):  # max pooling over no token: -inf, NaN after it, as in torch
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+    return vectors
+
+
+def _pool_one_numpy(mode: str, hidden: Any, mask: Any, original: Any) -> Any:
+    """One Pooling mode on float32 numpy arrays, as `_pool_one` computes it."""
+    import numpy as np
+
+    rows = np.arange(hidden.shape[0])
+    if mode == "cls":
+        return hidden[rows, mask.astype(np.int32).argmax(axis=1)]
+    if mode == "max":
+        return np.where(mask[:, :, None] == 0, np.float32(-np.inf), hidden).max(axis=1)
+    if mode in ("mean", "mean_sqrt_len_tokens"):
+        weights = mask[:, :, None].astype(np.float32)
+        total = np.einsum("bsh,bs->bh", hidden, weights[:, :, 0])
+        count = np.maximum(weights.sum(axis=1), np.float32(1e-9))
+        return total / (count if mode == "mean" else np.sqrt(count))
+    if mode == "weightedmean":
+        weights = mask[:, :, None].astype(np.float32)
+        positions = np.arange(1, hidden.shape[1] + 1, dtype=np.float32).reshape(1, -1, 1)
+        positions = positions - original.astype(np.int32).argmax(axis=1).reshape(-1, 1, 1)
+        weighted = weights * positions
+        return (hidden * weighted).sum(axis=1) / np.maximum(weighted.sum(axis=1), np.float32(1e-9))
+    if mode == "lasttoken":
+        seq_len = hidden.shape[1]
+        flipped = mask[:, ::-1]
+        values, indices = flipped.max(axis=1), flipped.argmax(axis=1)
+        indices = np.where(values == 0, seq_len - 1, indices)
+        return (hidden * mask[:, :, None].astype(np.float32))[rows, seq_len - indices - 1]
+    raise ValueError(f"pooling mode {mode!r} is not one of {POOLING_MODES}. This is a bug.")
+
+
 def info(config: EmbedModelConfig, normalize: bool | None, prompts: Prompts) -> dict[str, str]:
     """Output metadata: how the vectors were made, so `gpucli search` (and a reader) can match it."""
     return {"gpucli.pooling": config.pooling_name, "gpucli.pooling_source": "model" if config.from_modules

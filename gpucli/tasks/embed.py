@@ -39,6 +39,7 @@ from gpucli.tasks._sparse import column as sparse_column
 from gpucli.tasks._st_modules import (
     apply_lower_case,
     pool,
+    pool_numpy,
     pooled_prompt_length,
     prompt_ids,
     read_model_config,
@@ -371,16 +372,16 @@ class EmbedTask(Task):
 
     # --- worker ---------------------------------------------------------------------------
     def setup(self, device: str) -> None:
-        import torch
-
+        """The worker's model. The ONNX Runtime path imports neither torch nor transformers:
+        ONNX Runtime runs the graph and numpy pools (`pool_numpy`); torch's import alone was
+        1.6-2.5 s of each CPU worker's start (issue 34)."""
         self._in_worker = True
         self.open()  # the special tokens and the prompt that frame each row (no torch; milliseconds)
         if self.resolved.source == "package":
             check_package(self.resolved)  # a corrupt install says so, instead of giving other vectors
-        self.device = torch.device(device)
-        dtype = _torch_dtype(self.spec.dtype, device)
         self.prompt_length = _prompt_length(self.st, self.options)
         self.encoder = None
+        self.pin = False
         if self.runtime == "onnx":
             from gpucli.backends import worker_threads
             from gpucli.backends.onnx import OnnxTextEncoder
@@ -388,28 +389,30 @@ class EmbedTask(Task):
             self.encoder = OnnxTextEncoder(self.st.transformer_dir, threads=worker_threads(),
                                            quantize=self.options.quantize or None, device=device)
         else:  # transformers is imported for torch only: the ONNX worker loads ~1-2 s faster without it
+            import torch
             from transformers import AutoModel
             from transformers.utils import logging
 
             logging.set_verbosity_error()
             logging.disable_progress_bar()
+            self.device = torch.device(device)
+            dtype = _torch_dtype(self.spec.dtype, device)
             self.model = AutoModel.from_pretrained(self.st.transformer_dir, dtype=dtype).to(self.device).eval()
             self.pad_id = int(getattr(self.model.config, "pad_token_id", 0) or 0)
-        self.pin = self.device.type == "cuda" and self.encoder is None
+            self.pin = self.device.type == "cuda"
         self.predict(Ragged(*(np.asarray(v, dtype=np.int64) for v in ([self.pad_id], [0], [1]))))  # warm-up
 
     def predict(self, payload: Ragged) -> Any:
         """One float32 matrix, a row per window: the padded batch is built in numpy without a
         loop over rows; on CUDA from pinned memory, copied without blocking; the only sync is
-        the copy of the vectors back."""
-        import torch
-
+        the copy of the vectors back. ONNX Runtime: numpy in, numpy pooled, no torch."""
         head = self.prefix + self.prompt_ids
         ids, mask = payload.padded(self.pad_id, head, self.suffix)
         if self.encoder is not None:
-            hidden = torch.from_numpy(self.encoder.hidden(ids, mask))
-            pooled = pool(hidden, torch.from_numpy(mask), self.st, self.options.normalize, self.prompt_length)
-            return self._cut(pooled).numpy()
+            hidden = self.encoder.hidden(ids, mask)
+            return self._cut(pool_numpy(hidden, mask, self.st, self.options.normalize, self.prompt_length))
+        import torch
+
         ids, mask = torch.from_numpy(ids), torch.from_numpy(mask)
         if self.pin:
             ids, mask = ids.pin_memory(), mask.pin_memory()

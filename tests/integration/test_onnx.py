@@ -786,3 +786,53 @@ def test_the_parent_says_so_when_the_workers_will_export_the_model_first(tmp_pat
     ox.export_text_encoder(model, cache_root=tmp_path)
     assert ox.text_encoder_cached(model, cache_root=tmp_path)
     assert not ox.text_encoder_cached(model, "int8", cache_root=tmp_path)  # int8 is an entry of its own
+
+
+# --- issue 34: an ONNX run needs neither torch nor transformers, in any process ----------------
+NO_TORCH_HOOK = '''
+import sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "sentence_transformers"):
+            raise ImportError(f"{name} is blocked: an ONNX run must not import it")
+sys.meta_path.insert(0, NoTorch())
+'''
+
+
+def test_an_onnx_run_imports_no_torch_and_gives_the_torch_vectors(tmp_path):
+    """The ONNX worker pools with numpy (issue 34): torch's import was 1.6-2.5 s of each CPU worker's
+    start. With torch and transformers made unimportable in every process of the run (a
+    sitecustomize the spawned workers inherit), an ONNX run of the default model, its graph already
+    exported, succeeds and gives the torch path's vectors."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    docs = ROOT / "sample_data" / "docs" / "science"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("GPUCLI_BACKEND", None)
+
+    def embed(out: Path, backend: str, extra_env: dict | None = None) -> None:
+        result = subprocess.run([sys.executable, "-m", "gpucli", "embed", str(docs), "--out", str(out),
+                                 "--backend", backend, "--progress", "off", "--devices", "cpu"],
+                                capture_output=True, text=True, env={**env, **(extra_env or {})}, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    embed(tmp_path / "torch.parquet", "torch")
+    embed(tmp_path / "export.parquet", "onnx")  # exports the graph into the run's cache (torch needed)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(NO_TORCH_HOOK)
+    embed(tmp_path / "onnx.parquet", "onnx",
+          {"PYTHONPATH": os.pathsep.join([str(hook), env.get("PYTHONPATH", "")])})
+
+    def vectors(path: Path):
+        table = pq.read_table(path).sort_by([("path", "ascending"), ("chunk", "ascending")])
+        return table.column("path").to_pylist(), np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
+
+    (paths_t, torch_vectors), (paths_o, onnx_vectors) = vectors(tmp_path / "torch.parquet"), vectors(tmp_path / "onnx.parquet")
+    assert paths_t == paths_o and len(paths_t) > 0
+    assert (torch_vectors * onnx_vectors).sum(axis=1).min() >= 0.9999
