@@ -48,10 +48,10 @@ async def _fetch_all(fs: Any, sources: list[Source], max_bytes: int) -> list[byt
 
 
 def _refused(size: int, max_bytes: int) -> InputError | None:
-    """The reader's rules for a local file (reader._read_bytes), for an object's size."""
+    """The reader's rules for a local file (reader._read_bytes), in its words, for an object's size."""
     if size > max_bytes:
-        return InputError("read", f"object is {size / 2**20:.1f} MiB, over --max-file-mb {max_bytes / 2**20:g}; "
+        return InputError("read", f"file is {size / 2**20:.1f} MiB, over --max-file-mb {max_bytes / 2**20:g}; "
                                   "raise the limit to read it")
     if size == 0:
-        return InputError("read", "empty object (0 bytes)")
+        return InputError("read", "empty file (0 bytes)")
     return None

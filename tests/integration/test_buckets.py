@@ -1,0 +1,235 @@
+"""Trees in object storage (issue 31): `gpucli embed s3://bucket/prefix` against a real S3 API
+on 127.0.0.1 (moto in server mode, tests/s3_server.py), through a proxy that counts the requests
+and injects the faults a store really gives: throttling, a reset mid-object, an object deleted
+after the listing, access denied on one prefix, a listing that fails part-way.
+
+One server for the module; each test has a bucket of its own."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import traceback
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+from gpucli.cli import app  # noqa: E402
+from gpucli.stores import retry  # noqa: E402
+from tests.helpers import SAMPLE, read_rows, run_fake, run_with  # noqa: E402
+from tests.s3_server import SECRET, S3Server, use_server  # noqa: E402
+
+TEXTS = {"a.txt": "alpha beta gamma\nsecond line here\n", "b.txt": "one two three four\n",
+         "sub/c.txt": "deep in a prefix\n", "sub/d.txt": "another one\nand more words\n",
+         "sub/deeper/e.txt": "the deepest file\n", "notes.md": "not read by the fake task\n",
+         ".hidden.txt": "passed over, as a dot-file is on disk\n"}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    import os
+
+    saved = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    server = S3Server()
+    use_server(server)
+    yield server
+    server.stop()
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        del os.environ[name]
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def bucket(s3, request):
+    """A bucket of this test's own holding TEXTS under `tree/`, and no faults."""
+    name = request.node.name.replace("_", "-")[:50].strip("-").lower()
+    s3.put_tree(name, TEXTS, prefix="tree/")
+    s3.clear_faults()
+    s3.traffic.reset()
+    yield name
+    s3.clear_faults()
+
+
+@pytest.fixture
+def quick_retries(monkeypatch):
+    monkeypatch.setattr(retry, "POLICY", retry.RetryPolicy(attempts=4, base_s=0.02, cap_s=0.1))
+
+
+def rows(out: Path) -> dict[tuple[str, int], dict]:
+    return {(r["path"], r["chunk"]): r for r in read_rows(out)}
+
+
+def failures(summary) -> list[dict]:
+    return sorted((json.loads(line) for line in Path(summary.failures_file).read_text().splitlines()),
+                  key=lambda f: f["path"])
+
+
+def test_a_bucket_gives_the_rows_of_the_same_tree_on_local_disk(s3, tmp_path, request):
+    """The default model over a tree of texts, documents and images: the same rows (vectors
+    allclose), failures and counts from the bucket as from the disk; the summary and the plain
+    log on a real CLI run carry no credential."""
+    local = tmp_path / "tree"
+    for part in ("food", "formats"):
+        shutil.copytree(SAMPLE / "docs" / part, local / part)
+    shutil.copytree(SAMPLE / "images", local / "images")
+    (local / "empty.txt").write_bytes(b"")
+    s3.put_tree("same-rows", {p.relative_to(local).as_posix(): p.read_bytes() for p in local.rglob("*")
+                              if p.is_file()}, prefix="tree/")
+    from_disk = run_with("local", "embed", [local], tmp_path / "disk.parquet")
+    result = CliRunner().invoke(app, ["embed", "s3://same-rows/tree", "--out", str(tmp_path / "s3.parquet"),
+                                      "--devices", "cpu", "--json", "--progress", "plain"])
+    summary = json.loads(result.stdout)
+    assert result.exit_code == from_disk.exit_code == 1, result.output  # empty.txt
+    for key in ("inputs", "succeeded", "failed", "skipped", "rows"):
+        assert summary[key] == getattr(from_disk, key), key
+    assert Path(summary["failures_file"]).read_text() == Path(from_disk.failures_file).read_text()
+    want, got = rows(tmp_path / "disk.parquet"), rows(tmp_path / "s3.parquet")
+    assert got.keys() == want.keys() and ("formats/solar_system.pdf", 0) in got
+    mtime = {o["Key"]: o["LastModified"] for o in s3.client().list_objects_v2(Bucket="same-rows")["Contents"]}
+    for key, row in got.items():
+        assert {k: v for k, v in row.items() if k not in ("embedding", "mtime")} == \
+            {k: v for k, v in want[key].items() if k not in ("embedding", "mtime")}
+        assert max(abs(a - b) for a, b in zip(row["embedding"], want[key]["embedding"], strict=True)) < 1e-5
+        assert row["mtime"] == mtime[f"tree/{key[0]}"], "mtime: the store's last-modified time"
+    metadata = pq.read_schema(next((tmp_path / "s3.parquet").glob("part-*.parquet"))).metadata
+    assert metadata[b"gpucli.root"] == b"s3://same-rows/tree"
+    assert SECRET not in result.stdout and SECRET not in result.stderr
+
+
+def test_an_unchanged_rerun_reads_no_object_a_changed_one_alone_and_a_deleted_one_is_pruned(s3, bucket, tmp_path):
+    out = tmp_path / "out.parquet"
+    first = run_fake([f"s3://{bucket}/tree"], out, prune=True)
+    assert (first.exit_code, first.succeeded, first.failed) == (0, 5, 0)
+    assert {p for p, _ in rows(out)} == {"a.txt", "b.txt", "sub/c.txt", "sub/d.txt", "sub/deeper/e.txt"}
+    assert s3.traffic.object_gets == 5 and ".hidden.txt" not in str(s3.traffic.gets)
+
+    s3.traffic.reset()
+    again = run_fake([f"s3://{bucket}/tree"], out, prune=True)
+    assert (again.exit_code, again.unchanged, again.rows) == (0, 5, 0)
+    assert s3.traffic.object_gets == 0, s3.traffic.gets
+
+    client = s3.client()
+    client.put_object(Bucket=bucket, Key="tree/b.txt", Body=b"five six seven\n")  # same size, new ETag
+    client.delete_object(Bucket=bucket, Key="tree/sub/c.txt")
+    s3.traffic.reset()
+    third = run_fake([f"s3://{bucket}/tree"], out, prune=True)
+    assert dict(s3.traffic.gets) == {"tree/b.txt": 1}
+    assert (third.exit_code, third.succeeded, third.unchanged, third.pruned) == (0, 1, 3, 1)
+    assert {p for p, _ in rows(out)} == {"a.txt", "b.txt", "sub/d.txt", "sub/deeper/e.txt"}
+    assert rows(out)[("b.txt", 0)]["text"] == "five six seven"
+
+
+def test_a_listing_that_fails_part_way_prunes_nothing_under_it(s3, bucket, tmp_path, quick_retries):
+    out = tmp_path / "out.parquet"
+    assert run_fake([f"s3://{bucket}/tree"], out, prune=True).exit_code == 0
+    s3.client().delete_object(Bucket=bucket, Key="tree/sub/d.txt")
+    s3.faults.failing_list_prefixes = ("tree/sub/",)  # the store fails on this prefix, retries or not
+    summary = run_fake([f"s3://{bucket}/tree"], out, prune=True)
+    assert summary.pruned == 0 and summary.exit_code == 1
+    assert [(f["path"], f["stage"]) for f in failures(summary)] == [("sub", "read")]
+    assert "cannot list s3://" in failures(summary)[0]["error"] and "InternalError (500)" in failures(summary)[0]["error"]
+    assert {p for p, _ in rows(out)} >= {"sub/d.txt", "sub/deeper/e.txt"}, "nothing under the prefix is pruned"
+    s3.clear_faults()
+    healed = run_fake([f"s3://{bucket}/tree"], out, prune=True)
+    assert healed.pruned == 1 and "sub/d.txt" not in {p for p, _ in rows(out)}
+
+
+def test_throttling_and_a_connection_reset_mid_object_are_retried_and_survived(s3, bucket, tmp_path, quick_retries):
+    s3.faults.slowdown = {"tree/a.txt": 2, "tree/sub/c.txt": 3}
+    s3.faults.reset = {"tree/b.txt": 1}
+    out = tmp_path / "out.parquet"
+    summary = run_fake([f"s3://{bucket}/tree"], out)
+    assert (summary.exit_code, summary.succeeded, summary.failed) == (0, 5, 0), failures(summary)
+    assert s3.traffic.gets["tree/a.txt"] == 3 and s3.traffic.gets["tree/sub/c.txt"] == 4
+    assert s3.traffic.gets["tree/b.txt"] == 2
+    assert rows(out)[("b.txt", 0)]["text"] == "one two three four", "the whole object, not the half before the reset"
+
+
+def test_a_store_that_keeps_throttling_is_a_failure_record_after_bounded_retries(s3, bucket, tmp_path, quick_retries):
+    s3.faults.slowdown = {"tree/a.txt": 99}
+    summary = run_fake([f"s3://{bucket}/tree"], tmp_path / "out.parquet")
+    assert s3.traffic.gets["tree/a.txt"] == 4, "retry.POLICY's attempts, no more"
+    assert summary.exit_code == 1 and [f["path"] for f in failures(summary)] == ["a.txt"]
+    assert "kept failing (after 4 attempts: SlowDown (503))" in failures(summary)[0]["error"]
+
+
+def test_a_denied_prefix_and_an_object_gone_after_the_listing_are_failure_records_and_never_done(
+        s3, bucket, tmp_path, quick_retries):
+    out = tmp_path / "out.parquet"
+    s3.faults.denied_prefixes = ("tree/sub/deeper",)
+    s3.faults.gone = ("tree/b.txt",)
+    summary = run_fake([f"s3://{bucket}/tree"], out, prune=True)
+    assert summary.exit_code == 1 and summary.succeeded == 3
+    found = {f["path"]: f for f in failures(summary)}
+    assert set(found) == {"b.txt", "sub/deeper"}
+    assert "the object is gone" in found["b.txt"]["error"] and found["b.txt"]["stage"] == "read"
+    assert "access denied (AccessDenied (403))" in found["sub/deeper"]["error"]
+    assert s3.traffic.gets["tree/b.txt"] == 1, "a missing object is not retried"
+    s3.clear_faults()
+    s3.traffic.reset()
+    rerun = run_fake([f"s3://{bucket}/tree"], out, prune=True)
+    assert (rerun.exit_code, rerun.succeeded, rerun.unchanged) == (0, 2, 3)
+    assert dict(s3.traffic.gets) == {"tree/b.txt": 1, "tree/sub/deeper/e.txt": 1}, "only what was not read before"
+
+
+def test_credentials_are_never_printed_nor_taken_from_a_url(s3, bucket, tmp_path, monkeypatch, quick_retries):
+    """The summary, the log, the failures file and a forced error (a store that cannot be reached,
+    with GPUCLI_DEBUG's traceback) hold no secret; a URL with credentials in it is refused
+    without repeating them."""
+    runner = CliRunner()
+    refused = runner.invoke(app, ["embed", f"s3://AKIA:{SECRET}@{bucket}/tree", "--out", str(tmp_path / "x.parquet")])
+    assert refused.exit_code == 2 and "credentials in a URL are refused" in refused.stderr
+    assert SECRET not in refused.output
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("GPUCLI_DEBUG", "1")
+    from s3fs import S3FileSystem
+
+    S3FileSystem.clear_instance_cache()
+    try:
+        failed = runner.invoke(app, ["embed", f"s3://{bucket}/tree", "--out", str(tmp_path / "y.parquet"),
+                                     "--json", "--progress", "plain", "--devices", "cpu"])
+    finally:
+        S3FileSystem.clear_instance_cache()
+    everything = failed.output + "".join(traceback.format_exception(failed.exception)) if failed.exception \
+        else failed.output
+    summary = json.loads(failed.stdout)
+    assert failed.exit_code == 1 and summary["failed"] == 1, failed.output
+    record = json.loads(Path(summary["failures_file"]).read_text())
+    assert record["path"] == "." and "cannot list s3://" in record["error"] and "after 4 attempts" in record["error"]
+    assert SECRET not in everything and SECRET not in Path(summary["failures_file"]).read_text()
+
+
+def test_out_to_a_bucket_is_refused_with_what_to_do_instead(s3, bucket):
+    result = CliRunner().invoke(app, ["embed", f"s3://{bucket}/tree", "--out", f"s3://{bucket}/out.parquet"])
+    assert result.exit_code == 2 and "aws s3 sync" in result.stderr
+
+
+def test_many_keys_are_listed_a_page_at_a_time(s3, tmp_path, monkeypatch):
+    """A prefix is a block per page (bounded memory: a page, never the prefix), and every key once."""
+    from gpucli.stores import listing
+    from gpucli.walk import WalkFilter, WalkReport, walk_blocks
+
+    s3.put_tree("many-keys", {f"k/{i:04d}.txt": "x" for i in range(250)})
+    monkeypatch.setattr(listing, "PAGE_KEYS", 40)
+    report = WalkReport()
+    blocks = [b for b in walk_blocks(["s3://many-keys/k"], WalkFilter((".txt",)), report=report) if b]
+    assert [len(b) for b in blocks] == [40] * 6 + [10]
+    assert [s.id for b in blocks for s in b] == list(range(250)) and report.complete and not report.unlisted
+
+
+def test_a_ray_run_on_the_bucket_equals_the_local_one(s3, bucket, ray_session, tmp_path):
+    """The actors read the objects themselves: no shared filesystem (the driver lists only)."""
+    local = run_with("local", "tests.fake_task:FakeTask", [f"s3://{bucket}/tree"], tmp_path / "local.parquet")
+    s3.traffic.reset()
+    remote = run_with("ray", "tests.fake_task:FakeTask", [f"s3://{bucket}/tree"], tmp_path / "ray.parquet")
+    assert (remote.exit_code, remote.succeeded, remote.rows) == (local.exit_code, local.succeeded, local.rows) == \
+        (0, 5, 7)
+    assert s3.traffic.object_gets == 5
+    got = ds.dataset(str(tmp_path / "ray.parquet"), format="parquet").to_table().to_pylist()
+    assert sorted(map(str, got)) == sorted(map(str, read_rows(tmp_path / "local.parquet")))
