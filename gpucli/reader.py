@@ -384,13 +384,14 @@ class _SentSources:
     @staticmethod
     def of(sources: list[Source]) -> _SentSources:
         """The columns, a table record's text included (taken out of the parent's record)."""
-        return _SentSources(tuple(zip(*[(s.id, s.path, s.abspath, s.size, s.mtime_ns, s.dev, s.ino, take_text(s))
-                                        for s in sources])))
+        return _SentSources(tuple(zip(*[(s.id, s.path, s.abspath, s.size, s.mtime_ns, s.dev, s.ino, take_text(s),
+                                         s.version) for s in sources])))
 
     def sources(self) -> list[Source]:
-        return [Source(i, path, abspath, size, mtime, "", dev, ino) if text is None
-                else Record(i, path, abspath, size, mtime, "", dev, ino, data=text)
-                for i, path, abspath, size, mtime, dev, ino, text in zip(*self.columns)]
+        """The sources again, an object's ETag included (the ledger's decision compares it)."""
+        return [Source(i, path, abspath, size, mtime, "", dev, ino, version) if text is None
+                else Record(i, path, abspath, size, mtime, "", dev, ino, version, data=text)
+                for i, path, abspath, size, mtime, dev, ino, text, version in zip(*self.columns)]
 
 
 @dataclass(slots=True)

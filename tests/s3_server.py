@@ -30,6 +30,7 @@ class Faults:
     reset: dict[str, int] = field(default_factory=dict)  # key -> GETs still cut mid-body
     denied_prefixes: tuple[str, ...] = ()  # GETs and listings under these: 403 AccessDenied
     failing_list_prefixes: tuple[str, ...] = ()  # listings of these prefixes: 500 InternalError, always
+    failing_next_pages: bool = False  # listings past their first page: 500 InternalError, always
     gone: tuple[str, ...] = ()  # GETs of these keys: 404 NoSuchKey (deleted between the listing and the read)
     latency_s: float = 0.0  # before every answer
 
@@ -60,6 +61,7 @@ def _error(code: str, message: str) -> bytes:
 
 class _Proxy(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: Nagle + delayed ACK cost 40 ms each
     server: _ProxyServer
 
     def log_message(self, *args) -> None:  # quiet
@@ -97,6 +99,8 @@ class _Proxy(BaseHTTPRequestHandler):
                 server.traffic.heads += 1
         prefix = query.get("prefix", [""])[0]
         if listing and any(prefix.startswith(p) for p in faults.failing_list_prefixes):
+            return self._send(500, _error("InternalError", "We encountered an internal error. Please try again."))
+        if listing and faults.failing_next_pages and "continuation-token" in query:
             return self._send(500, _error("InternalError", "We encountered an internal error. Please try again."))
         if (listing and any(prefix.startswith(p) for p in faults.denied_prefixes)) or \
                 (key and method in ("GET", "HEAD") and any(key.startswith(p) for p in faults.denied_prefixes)):

@@ -125,6 +125,15 @@ def test_an_unchanged_rerun_reads_no_object_a_changed_one_alone_and_a_deleted_on
     assert rows(out)[("b.txt", 0)]["text"] == "five six seven"
 
 
+def test_reader_processes_read_the_objects_and_skip_the_unchanged_ones_too(s3, bucket, tmp_path):
+    out = tmp_path / "out.parquet"
+    first = run_fake([f"s3://{bucket}/tree"], out, read_processes=1)
+    assert (first.exit_code, first.succeeded, s3.traffic.object_gets) == (0, 5, 5)
+    s3.traffic.reset()
+    again = run_fake([f"s3://{bucket}/tree"], out, read_processes=1)
+    assert (again.exit_code, again.unchanged, s3.traffic.object_gets) == (0, 5, 0), "the ETag reaches the reader"
+
+
 def test_a_listing_that_fails_part_way_prunes_nothing_under_it(s3, bucket, tmp_path, quick_retries):
     out = tmp_path / "out.parquet"
     assert run_fake([f"s3://{bucket}/tree"], out, prune=True).exit_code == 0
@@ -138,6 +147,38 @@ def test_a_listing_that_fails_part_way_prunes_nothing_under_it(s3, bucket, tmp_p
     s3.clear_faults()
     healed = run_fake([f"s3://{bucket}/tree"], out, prune=True)
     assert healed.pruned == 1 and "sub/d.txt" not in {p for p, _ in rows(out)}
+
+
+def test_a_listing_that_fails_on_a_later_page_prunes_nothing_under_its_prefix(s3, bucket, tmp_path, quick_retries,
+                                                                             monkeypatch):
+    from gpucli.stores import listing
+
+    out = tmp_path / "out.parquet"
+    assert run_fake([f"s3://{bucket}/tree"], out, prune=True).exit_code == 0
+    s3.client().delete_object(Bucket=bucket, Key="tree/a.txt")
+    monkeypatch.setattr(listing, "PAGE_KEYS", 1)  # tree/ now lists in pages: b.txt, notes.md, sub/ ...
+    s3.faults.failing_next_pages = True
+    summary = run_fake([f"s3://{bucket}/tree"], out, prune=True)
+    assert summary.pruned == 0 and [f["path"] for f in failures(summary)] == ["."]
+    assert "a.txt" in {p for p, _ in rows(out)}, "the root's listing broke off: a.txt may still be there"
+
+
+def test_a_dry_run_on_a_bucket_reads_no_object(s3, bucket, tmp_path, capsys):
+    from gpucli.config import RunConfig
+    from gpucli.dryrun import dry_run
+    from tests.fake_task import FAKE
+
+    out = tmp_path / "out.parquet"
+    run_fake([f"s3://{bucket}/tree"], out)
+    s3.client().put_object(Bucket=bucket, Key="tree/new.txt", Body=b"new words\n")
+    s3.traffic.reset()
+    capsys.readouterr()
+    summary = dry_run(RunConfig(task=FAKE, paths=(f"s3://{bucket}/tree",), out=str(out), progress="off"))
+    assert summary.exit_code == 0
+    actions = {line["path"]: line["action"] for line in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert actions == {"a.txt": "unchanged", "b.txt": "unchanged", "new.txt": "run", "sub/c.txt": "unchanged",
+                       "sub/d.txt": "unchanged", "sub/deeper/e.txt": "unchanged"}
+    assert s3.traffic.object_gets == 0
 
 
 def test_throttling_and_a_connection_reset_mid_object_are_retried_and_survived(s3, bucket, tmp_path, quick_retries):
