@@ -215,7 +215,7 @@ def _make_command(task_cls: type):
     params = _ordered([
         inspect.Parameter("paths", inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[Optional[list[str]], typer.Argument(
-                              help="Files and directories to read (directories are walked)." + (
+                              help="Files and directories to read (directories are walked), or s3://, gs://, az:// prefixes." + (
                                   " None with --from." if getattr(task_cls, "reads_tables", False) else ""),
                               show_default=False, metavar="PATH...", hidden=True)]),  # described in the help
         *[_option(*spec) for spec in COMMON_OPTIONS],
@@ -237,7 +237,10 @@ def _make_command(task_cls: type):
     command.__name__ = task_cls.name
     command.gpucli_task = task_cls  # for TaskCommand's short usage
     paths = "PATH... are the files and directories to read (directories are walked)" + (
-        "; none with --from." if getattr(task_cls, "reads_tables", False) else ".")
+        "; none with --from." if getattr(task_cls, "reads_tables", False) else ".") + (
+        f" A PATH may be a prefix in object storage (s3://, gs://, az://; pip install 'gpucli[cloud]'; "
+        f"credentials from the store's own chain), e.g. gpucli {task_cls.name} s3://my-bucket/docs "
+        f"--out {task_cls.name}.parquet (docs/buckets.md).")
     command.__doc__ = escape(f"{task_cls.help}\n\n\b\nExamples:\n{examples_text(task_cls.examples)}\n\n{paths}")
     return command
 
