@@ -35,6 +35,7 @@ sys.path.insert(0, ROOT)
 MARKS: dict[str, float] = {}
 CPU: dict[str, float] = {}
 WORKERS: dict[int, dict] = {}
+RESULTS: list[dict] = []  # each batch's result: when it came back, the model's seconds, its items
 
 
 def mark(name: str) -> None:
@@ -75,6 +76,8 @@ def install_hooks() -> None:
             elif isinstance(message, Result):
                 mark("first_result")
                 MARKS["last_result"] = now
+                RESULTS.append({"at": now, "pid": worker.pid, "seconds": message.seconds,
+                                "items": len(message.outputs)})
             super()._handle(worker, message, done)
 
         async def stop(self, deadline: float) -> None:
@@ -86,6 +89,27 @@ def install_hooks() -> None:
     for module in list(sys.modules.values()):
         if module is not None and module.__name__.startswith("gpucli") and getattr(module, "WorkerPool", None) is original:
             module.WorkerPool = TimedPool
+    import gpucli.job
+    import gpucli.output
+    import gpucli.tasks.embed
+
+    span(gpucli.job.Job, "open", "job_open")
+    span(gpucli.tasks.embed.EmbedTask, "open", "task_open")
+    span(gpucli.output.Output, "open", "output_open")
+
+
+def span(owner: type, attr: str, name: str) -> None:
+    """Mark the start and end of the first call of owner.attr (NAME and NAME_end)."""
+    original = getattr(owner, attr)
+
+    def timed(*args, **kwargs):
+        mark(name)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            mark(name + "_end")
+
+    setattr(owner, attr, timed)
 
 
 def main() -> None:
@@ -104,7 +128,8 @@ def main() -> None:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     mark("exit")
     with open(out, "w") as f:
-        json.dump({"marks": MARKS, "cpu": CPU, "workers": list(WORKERS.values()), "exit_code": code}, f)
+        json.dump({"marks": MARKS, "cpu": CPU, "workers": list(WORKERS.values()), "results": RESULTS,
+                   "exit_code": code}, f)
     sys.exit(code)
 
 

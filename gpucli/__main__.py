@@ -7,6 +7,11 @@ script's entry, every such process imported typer and rich for nothing (~0.2 s o
 
 
 def main() -> None:
+    import sys
+
+    from gpucli import entry
+
+    entry.note(sys.argv[1:])  # `gpucli embed`: only embed's command is built (gpucli/entry.py)
     from gpucli.cli import main as cli_main
 
     cli_main()

@@ -143,6 +143,31 @@ def main() -> None:
     except KeyboardInterrupt:  # between Python's start and a command's own guard
         _error("interrupted (Ctrl-C)")
         sys.exit(EXIT_SIGINT)
+    except SystemExit as exc:
+        _exit_without_teardown(exc)
+
+
+def _exit_without_teardown(exc: SystemExit) -> None:
+    """Leave as `sys.exit` would, less the interpreter's teardown of every module (numpy, pyarrow,
+    tokenizers...: ~0.3 s after the output was durable, a tenth of a short job's start-up; issue
+    34). What an exit must still do is done first: other threads joined, the atexit handlers
+    (logging, multiprocessing, executors), the standard streams flushed."""
+    import atexit
+
+    code = exc.code
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`gpucli ... | head`): nothing more to say
+            pass
+    os._exit(status)
 
 
 def _version(value: bool) -> None:
@@ -443,9 +468,13 @@ class TaskCommand(PlainCommand):
 
 
 def _register_tasks() -> None:
-    from gpucli.tasks import all_tasks
+    """Every task's command; from the console script, only the one it runs when it runs a task
+    (gpucli/entry.py: the other tasks' modules are not imported)."""
+    from gpucli import entry
+    from gpucli.tasks import all_tasks, task_of_module
 
-    for task_cls in all_tasks().values():
+    only = task_of_module(entry.invoked) if entry.invoked else None
+    for task_cls in [only] if only is not None else all_tasks().values():
         app.command(name=task_cls.name, help=None, cls=TaskCommand,
                     epilog=escape(f"{ENV_HELP}\n\n{EXIT_CODES_HELP}"))(
             _make_command(task_cls))

@@ -10,7 +10,7 @@ from functools import cache
 from gpucli.errors import UsageError
 from gpucli.tasks.base import ModelEntry, Task, TaskSpec
 
-__all__ = ["ModelEntry", "Task", "TaskSpec", "all_tasks", "get_task", "create_task"]
+__all__ = ["ModelEntry", "Task", "TaskSpec", "all_tasks", "get_task", "create_task", "task_of_module"]
 
 
 @cache
@@ -29,14 +29,38 @@ def all_tasks() -> dict[str, type[Task]]:
 
 def get_task(name: str) -> type[Task]:
     """A registered name, or "package.module:Class" for tasks that live outside gpucli
-    (plugins, and the fake tasks of the tests and benchmarks)."""
+    (plugins, and the fake tasks of the tests and benchmarks). A task named as its module
+    (embed.py's `embed`) is found without importing the others: a worker or a reader process
+    that runs embed does not import classify's and transcribe's libraries (~0.15-0.3 s each
+    process, issue 34)."""
     if ":" in name:
         module_name, _, attr = name.partition(":")
         return getattr(importlib.import_module(module_name), attr)
+    found = task_of_module(name)
+    if found is not None:
+        return found
     tasks = all_tasks()
     if name not in tasks:
         raise UsageError(f"unknown task {name!r}; choose one of: {', '.join(tasks)}")
     return tasks[name]
+
+
+def task_of_module(name: str) -> type[Task] | None:
+    """The task called `name` when the module of that name in this package defines it, else None."""
+    if not name.isidentifier() or name.startswith("_") or name == "base":
+        return None
+    if all_tasks.cache_info().currsize:  # everything is imported already
+        return all_tasks().get(name)
+    try:
+        module = importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"{__name__}.{name}":
+            return None
+        raise
+    for obj in vars(module).values():
+        if isinstance(obj, type) and issubclass(obj, Task) and obj.name == name and obj.__module__ == module.__name__:
+            return obj
+    return None
 
 
 def create_task(spec: TaskSpec) -> Task:
