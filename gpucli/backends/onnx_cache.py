@@ -5,8 +5,9 @@ digest of: the model's weight and config files, the exporter and modelling code 
 transformers), the opset and the quantization. An entry is written under an exclusive lock
 (`flock` on `<key>/.lock`; released by the kernel if the exporter dies) as tmp file + fsync +
 `os.replace`, then a sidecar `model.json` holding the .onnx's sha256 is written the same way,
-last. A reader trusts the .onnx only when its bytes hash to the sidecar's sha256: a corrupt,
-truncated or half-written file is rebuilt (under the lock), never loaded. Two runs exporting at
+last. A reader trusts the .onnx only when its bytes hash to the sidecar's sha256 (a check
+remembered by the file's identity: gpucli/digests.py): a corrupt, truncated or half-written file
+is rebuilt (under the lock), never loaded. Two runs exporting at
 once: one exports, the other waits on the lock and then loads what the first wrote.
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucli.backends.onnx_quantize import quantize_recipe
+from gpucli.digests import default_cache_root, file_sha256
 from gpucli.errors import UsageError
 
 FORMAT = 1  # bump when what this module writes changes
@@ -34,12 +36,6 @@ WEIGHT_GLOBS = ("config.json", "*.safetensors", "*.safetensors.index.json", "pyt
 
 
 # --- where, and under which key ----------------------------------------------------------------
-def default_cache_root() -> Path:
-    """The per-user cache: $XDG_CACHE_HOME/gpucli, else ~/.cache/gpucli."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpucli"
-
-
 def weight_files(model_dir: str | Path) -> list[Path]:
     """The files whose bytes decide the exported graph: config and weights, not the tokenizer."""
     root = Path(model_dir)
@@ -59,26 +55,7 @@ def files_digest(files: list[Path], cache_root: Path) -> str:
 
 
 def _file_digest(file: Path, cache_root: Path) -> str:
-    stat = file.stat()
-    stamp = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}"
-    memo = cache_root / "digests" / hashlib.sha256(stamp.encode()).hexdigest()[:40]
-    with contextlib.suppress(OSError):
-        known = memo.read_text(encoding="ascii").strip()
-        if len(known) == 64:
-            return known
-    digest = _sha256_file(file)
-    with contextlib.suppress(OSError):  # a read-only cache only costs the hash next time
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        _write_file_atomically(memo, digest.encode("ascii"))
-    return digest
-
-
-def _sha256_file(file: Path) -> str:
-    digest = hashlib.sha256()
-    with open(file, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_sha256(file, cache_root)  # remembered by the file's identity (gpucli/digests.py)
 
 
 def package_version(package: str) -> str:
@@ -109,38 +86,47 @@ def entry_dir(cache_root: Path, key: dict[str, Any]) -> Path:
 
 
 # --- one cache entry, written atomically ---------------------------------------------------------
-def cached_model(directory: Path, key: dict[str, Any], build: Callable[[Path], None]) -> tuple[bytes, bool]:
-    """(the verified bytes of `directory/model.onnx`, whether this call built them). `build(tmp)`
-    writes the model when the entry is missing or does not match its sidecar. Safe against
-    concurrent builders: one builds, the others wait on the lock and read what it wrote."""
-    data = read_verified(directory, key)
-    if data is not None:
-        return data, False
+def cached_model(directory: Path, key: dict[str, Any], build: Callable[[Path], None],
+                 cache_root: Path | None = None) -> tuple[Path, bool]:
+    """(`directory/model.onnx`, verified, and whether this call built it). `build(tmp)` writes
+    the model when the entry is missing or does not match its sidecar. Safe against concurrent
+    builders: one builds, the others wait on the lock and use what it wrote. The session loads
+    the file by its path (half the time of loading its bytes: ONNX Runtime parses it in place),
+    and the check that it hashes to its sidecar's sha256 is remembered by the file's identity
+    (gpucli/digests.py), so a worker does not hash 90 MB at every start (issue 34)."""
+    root = cache_root or directory.parent.parent
+    path = verified_model(directory, key, root)
+    if path is not None:
+        return path, False
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot write the ONNX model cache at {directory} ({exc.strerror or exc}); point "
                          "XDG_CACHE_HOME at a writable directory, or use --backend torch") from None
     with _locked(directory / LOCK_FILE):
-        data = read_verified(directory, key)  # another run may have built it while we waited
-        if data is not None:
-            return data, False
-        return _build_entry(directory, key, build), True
+        path = verified_model(directory, key, root)  # another run may have built it while we waited
+        if path is not None:
+            return path, False
+        _build_entry(directory, key, build)
+        return directory / MODEL_FILE, True
 
 
-def read_verified(directory: Path, key: dict[str, Any]) -> bytes | None:
-    """The .onnx bytes when they hash to the sidecar's sha256 under the same key, else None."""
+def verified_model(directory: Path, key: dict[str, Any], cache_root: Path | None = None) -> Path | None:
+    """The .onnx file when it is whole (its size and sha256 those of the sidecar, under the same
+    key), else None."""
+    model = directory / MODEL_FILE
     try:
         sidecar = json.loads((directory / SIDECAR_FILE).read_text(encoding="utf-8"))
-        data = (directory / MODEL_FILE).read_bytes()
+        size = model.stat().st_size
+        if not isinstance(sidecar, dict) or sidecar.get("key") != key or sidecar.get("size") != size:
+            return None
+        digest = file_sha256(model, cache_root or directory.parent.parent)
     except (OSError, ValueError):
         return None
-    if not isinstance(sidecar, dict) or sidecar.get("key") != key or sidecar.get("size") != len(data):
-        return None
-    return data if hashlib.sha256(data).hexdigest() == sidecar.get("sha256") else None
+    return model if digest == sidecar.get("sha256") else None
 
 
-def _build_entry(directory: Path, key: dict[str, Any], build: Callable[[Path], None]) -> bytes:
+def _build_entry(directory: Path, key: dict[str, Any], build: Callable[[Path], None]) -> None:
     _remove_leftovers(directory)
     tmp = directory / f".{MODEL_FILE}.{os.getpid()}.tmp"
     try:
@@ -154,7 +140,6 @@ def _build_entry(directory: Path, key: dict[str, Any], build: Callable[[Path], N
     _fsync_dir(directory)
     sidecar = {"key": key, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "created": time.time()}
     _write_file_atomically(directory / SIDECAR_FILE, json.dumps(sidecar, indent=1).encode())
-    return data
 
 
 def _remove_leftovers(directory: Path) -> None:

@@ -88,8 +88,8 @@ def export_text_encoder(model_dir: str | Path, cache_root: str | Path | None = N
     return text_entry(Path(model_dir), cache_root_of(cache_root), opset, quantize)[0]
 
 
-def text_entry(model_dir: Path, root: Path, opset: int, quantize: str | None) -> tuple[Path, bytes, bool]:
-    """(path, verified bytes, built now). fp32 is the fused graph (or the plain export, for a
+def text_entry(model_dir: Path, root: Path, opset: int, quantize: str | None) -> tuple[Path, bool]:
+    """(verified path, built now). fp32 is the fused graph (or the plain export, for a
     model the optimizer does not fuse); int8 quantizes it. An int8 entry is looked up first: a
     cached int8 model does not read or hash its fp32 source again."""
     (fp32_key, fp32_dir), *int8 = _text_keys(model_dir, root, opset, quantize)
@@ -98,14 +98,14 @@ def text_entry(model_dir: Path, root: Path, opset: int, quantize: str | None) ->
         _export_text(model_dir, opset, out)
 
     if not quantize:
-        return (fp32_dir / MODEL_FILE, *cached_model(fp32_dir, fp32_key, export))
+        return cached_model(fp32_dir, fp32_key, export, root)
 
     def build(out: Path) -> None:
-        cached_model(fp32_dir, fp32_key, export)
+        cached_model(fp32_dir, fp32_key, export, root)
         quantize_int8(fp32_dir / MODEL_FILE, out)
 
     key, directory = int8[0]
-    return (directory / MODEL_FILE, *cached_model(directory, key, build))
+    return cached_model(directory, key, build, root)
 
 
 def _text_keys(model_dir: Path, root: Path, opset: int, quantize: str | None) -> list[tuple[dict[str, Any], Path]]:

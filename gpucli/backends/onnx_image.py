@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from gpucli.backends.onnx_cache import (
-    MODEL_FILE,
     SIDECAR_FILE,
     cache_key,
     cache_root_of,
@@ -52,14 +51,14 @@ def export_image_classifier(graph: ImageGraph, cache_root: str | Path | None = N
     return image_entry(graph, cache_root_of(cache_root), opset, quantize)[0]
 
 
-def image_entry(graph: ImageGraph, root: Path, opset: int, quantize: str | None) -> tuple[Path, bytes, bool]:
-    """(path, verified bytes, built now)."""
+def image_entry(graph: ImageGraph, root: Path, opset: int, quantize: str | None) -> tuple[Path, bool]:
+    """(verified path, built now)."""
     check_quantize(quantize)
     if quantize:
         raise UsageError("--quantize int8 is for embed; classify runs fp32 (dynamic int8 quantization slows "
                          "convolutions down on ONNX Runtime's CPU kernels)")
     key, directory = _image_key(graph, root, opset)
-    return (directory / MODEL_FILE, *cached_model(directory, key, lambda out: _export(graph, opset, out)))
+    return cached_model(directory, key, lambda out: _export(graph, opset, out), root)
 
 
 def image_classifier_cached(graph: ImageGraph, cache_root: str | Path | None = None, opset: int = OPSET) -> bool:

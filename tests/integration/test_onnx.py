@@ -49,10 +49,10 @@ def _builder(payload: bytes, calls: list[int], delay: float = 0.0):
 
 def test_an_entry_is_built_once_then_read_back_verified(tmp_path):
     calls: list[int] = []
-    data, built = oc.cached_model(tmp_path / "e", _key(), _builder(b"graph", calls))
+    path, built = oc.cached_model(tmp_path / "e", _key(), _builder(b"graph", calls))
     again, built_again = oc.cached_model(tmp_path / "e", _key(), _builder(b"other", calls))
-    assert (data, built) == (b"graph", True)
-    assert (again, built_again) == (b"graph", False)
+    assert (path.read_bytes(), built) == (b"graph", True)
+    assert (again, again.read_bytes(), built_again) == (path, b"graph", False)
     assert calls == [1]
     sidecar = json.loads((tmp_path / "e" / oc.SIDECAR_FILE).read_text())
     assert sidecar["sha256"] == hashlib.sha256(b"graph").hexdigest() and sidecar["key"] == _key()
@@ -76,11 +76,11 @@ def test_a_corrupt_or_half_written_entry_is_rebuilt_not_loaded(tmp_path, damage)
         sidecar.write_text(json.dumps({**json.loads(sidecar.read_text()), "key": _key(opset=18)}))
     else:
         model.unlink()
-    assert oc.read_verified(entry, _key()) is None
+    assert oc.verified_model(entry, _key()) is None
     calls: list[int] = []
-    data, built = oc.cached_model(entry, _key(), _builder(b"rebuilt", calls))
-    assert (data, built, calls) == (b"rebuilt", True, [1])
-    assert oc.read_verified(entry, _key()) == b"rebuilt"
+    path, built = oc.cached_model(entry, _key(), _builder(b"rebuilt", calls))
+    assert (path.read_bytes(), built, calls) == (b"rebuilt", True, [1])
+    assert oc.verified_model(entry, _key()).read_bytes() == b"rebuilt"
 
 
 def test_concurrent_builders_build_once_and_every_reader_gets_the_whole_file(tmp_path):
@@ -89,7 +89,7 @@ def test_concurrent_builders_build_once_and_every_reader_gets_the_whole_file(tmp
     results: list[bytes] = []
 
     def load() -> None:
-        results.append(oc.cached_model(tmp_path / "e", _key(), _builder(payload, calls, delay=0.3))[0])
+        results.append(oc.cached_model(tmp_path / "e", _key(), _builder(payload, calls, delay=0.3))[0].read_bytes())
 
     threads = [threading.Thread(target=load) for _ in range(4)]
     for t in threads:
@@ -108,7 +108,7 @@ def test_a_builder_that_fails_leaves_no_entry_and_no_temporary_file(tmp_path):
     with pytest.raises(RuntimeError):
         oc.cached_model(tmp_path / "e", _key(), broken)
     assert sorted(p.name for p in (tmp_path / "e").iterdir()) == [oc.LOCK_FILE]
-    assert oc.cached_model(tmp_path / "e", _key(), _builder(b"ok", []))[0] == b"ok"
+    assert oc.cached_model(tmp_path / "e", _key(), _builder(b"ok", []))[0].read_bytes() == b"ok"
 
 
 def _build_until_killed(entry: str) -> None:
@@ -137,7 +137,7 @@ def test_a_builder_killed_mid_build_leaves_nothing_behind_after_the_next_build(t
         child.kill()
         child.join()
     assert len(list(entry.glob(".*.tmp*"))) == 2, "the killed builder left its temporary files"
-    assert oc.cached_model(entry, _key(), _builder(b"graph", []))[0] == b"graph"
+    assert oc.cached_model(entry, _key(), _builder(b"graph", []))[0].read_bytes() == b"graph"
     assert sorted(p.name for p in entry.iterdir()) == sorted([oc.LOCK_FILE, oc.MODEL_FILE, oc.SIDECAR_FILE])
 
 
@@ -178,7 +178,10 @@ def test_only_model_types_the_optimizer_knows_are_fused(config, expected):
     assert ox.fusion_shape(config) == expected
 
 
-def test_weight_digest_covers_config_and_weights_and_is_memoised(tmp_path):
+def test_weight_digest_covers_config_and_weights_and_is_memoised(tmp_path, monkeypatch):
+    from gpucli import digests
+
+    monkeypatch.setattr(digests, "RACY_S", 0.0)  # files written just now are remembered too (gpucli/digests.py)
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text("{}")
@@ -628,7 +631,8 @@ def _build_in_process(entry: str, marker: str) -> tuple[bytes, bool]:
         with open(out, "ab") as f:
             f.write(b" part two")
 
-    return oc.cached_model(Path(entry), _key(), build)
+    path, built = oc.cached_model(Path(entry), _key(), build)
+    return path.read_bytes(), built
 
 
 @pytest.mark.slow
