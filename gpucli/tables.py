@@ -54,6 +54,7 @@ import numpy as np
 from gpucli.errors import UsageError
 from gpucli.keys import ID_COLUMN, REPEAT, record_key
 from gpucli.records import Failure, Source
+from gpucli.stores.url import is_url
 
 FORMATS = (".parquet", ".csv", ".jsonl", ".ndjson")
 BATCH_ROWS = 4096  # rows per Parquet batch read: what bounds the walk's memory
@@ -87,6 +88,10 @@ def check(config: Any, task_cls: type) -> None:
     if config.engine != "local":
         raise UsageError("--from runs on the local engine only; drop --engine ray")
     path = config.from_table
+    if is_url(path):  # a table in object storage: its local copy (gpucli/stores/tables.py)
+        from gpucli.stores.tables import local_copy
+
+        path = local_copy(path).path
     if not os.path.isfile(path):
         raise UsageError(f"--from {path}: no such file" if not os.path.lexists(path) else f"--from {path}: not a file")
     columns = table_columns(path)
@@ -176,10 +181,16 @@ def records(config: Any, report: Any, max_bytes: int) -> Iterator[Any]:
     that its whole read did not find."""
     from gpucli.walk import Found, _rel, common_base
 
-    abspath = os.path.abspath(config.from_table)
-    table = _rel(abspath, common_base([Path(abspath)]))
+    if is_url(config.from_table):  # read from its local copy; named and dated as the object
+        from gpucli.stores.tables import local_copy
+
+        copy = local_copy(config.from_table)
+        abspath, table, mtime_ns = copy.path, copy.name, copy.mtime_ns
+    else:
+        abspath = os.path.abspath(config.from_table)
+        table = _rel(abspath, common_base([Path(abspath)]))
+        mtime_ns = os.stat(abspath).st_mtime_ns
     report.roots.append(table)
-    mtime_ns = os.stat(abspath).st_mtime_ns
     seen, next_id, stopped = SeenIds(), 0, []
     rows = _until_error(_rows(abspath, config.text_column, config.id_column), stopped)
     number = 0

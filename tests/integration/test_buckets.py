@@ -274,3 +274,22 @@ def test_a_ray_run_on_the_bucket_equals_the_local_one(s3, bucket, ray_session, t
     assert s3.traffic.object_gets == 5
     got = ds.dataset(str(tmp_path / "ray.parquet"), format="parquet").to_table().to_pylist()
     assert sorted(map(str, got)) == sorted(map(str, read_rows(tmp_path / "local.parquet")))
+
+
+def test_a_table_in_a_bucket_gives_the_rows_of_the_same_table_on_disk(s3, bucket, tmp_path):
+    """`embed --from s3://.../posts.csv`: read from a local copy, keyed and dated as the object."""
+    table = "id,body\n1,Bees make honey from nectar.\n2,Rivers run to the sea.\n"
+    (tmp_path / "posts.csv").write_text(table)
+    s3.put_tree(bucket, {"posts.csv": table}, prefix="tables/")
+    options = {"text_column": "body", "id_column": "id"}
+    local = run_with("local", "tests.fake_task:FakeTask", (), tmp_path / "disk.parquet", from_table=str(
+        tmp_path / "posts.csv"), **options)
+    remote = run_with("local", "tests.fake_task:FakeTask", (), tmp_path / "s3.parquet",
+                      from_table=f"s3://{bucket}/tables/posts.csv", **options)
+    assert (remote.exit_code, remote.succeeded) == (local.exit_code, local.succeeded) == (0, 2)
+
+    def keyed(out):
+        return sorted((r["path"], r["id"], r["text"]) for r in read_rows(out))
+
+    assert keyed(tmp_path / "s3.parquet") == keyed(tmp_path / "disk.parquet") == [
+        ("posts.csv", "1", "Bees make honey from nectar."), ("posts.csv", "2", "Rivers run to the sea.")]
