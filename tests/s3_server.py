@@ -240,3 +240,17 @@ def use_server(server: S3Server) -> None:
         S3FileSystem.clear_instance_cache()
     except ImportError:
         pass
+
+
+def serve_proxy(upstream_port: int, latency_s: float) -> None:
+    """The proxy alone, in a process of its own (benchmarks/bucket_bench.py): prints its port."""
+    proxy = _ProxyServer(("127.0.0.1", upstream_port))
+    proxy.faults.latency_s = latency_s
+    print(proxy.server_address[1], flush=True)
+    proxy.serve_forever()
+
+
+if __name__ == "__main__":  # python -m tests.s3_server PORT LATENCY_S
+    import sys
+
+    serve_proxy(int(sys.argv[1]), float(sys.argv[2]))

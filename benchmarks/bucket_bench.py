@@ -1,0 +1,225 @@
+"""Reading small objects from a bucket: gpucli's reader against one request at a time (issue 31).
+
+A moto S3 server on 127.0.0.1 (`moto_server`, a process of its own) holds N small text objects. Both sides use
+the same s3fs filesystem (gpucli.stores.filesystems: one HTTP connection pool, no library
+retries) and read the same keys, listed once beforehand:
+
+  sequential  a plain loop: `fs.cat_file(url)` for each object, one request at a time
+  gpucli      the reader as a run drives it: reader.read_chunks over the listing's blocks
+              (64 objects a chunk, 8 chunks in flight, each chunk's reads all started at once),
+              with a task whose preparation is free, so that only the reading is timed
+
+  ceiling     what the server serves at all: unsigned GETs from 32 keep-alive connections of
+              plain http.client (no S3 client): the most any reader could reach on this machine
+
+Rounds are interleaved (sequential, gpucli, ceiling, sequential, ...) and the medians reported,
+with objects/s, the ratio, and gpucli's share of the ceiling. `--latency-ms` puts the proxy of tests/s3_server.py in front of moto
+(in a process of its own too) with that delay before every answer: a real store's first byte is tens of milliseconds away,
+a moto on the same 2 cores is not (there both sides mostly measure moto's and the client's CPU).
+
+    flock /tmp/gpucli-cpu.lock python benchmarks/bucket_bench.py --objects 10000
+    flock /tmp/gpucli-cpu.lock python benchmarks/bucket_bench.py --objects 2000 --latency-ms 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.s3_server import ACCESS_KEY, SECRET  # noqa: E402
+
+BUCKET = "bench"
+
+
+class Servers:
+    """moto (`moto_server`) and, with a latency, the proxy of tests/s3_server.py, each in a
+    process of its own: in the benchmark's process they would share its GIL with the client,
+    and a store never runs in its reader's process."""
+
+    def __init__(self, latency_s: float) -> None:
+        import socket
+        import subprocess
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        moto_cli = Path(sys.executable).with_name("moto_server")
+        self.moto = subprocess.Popen([str(moto_cli), "-H", "127.0.0.1", "-p", str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.moto_endpoint = f"http://127.0.0.1:{port}"
+        _wait_for(self.moto_endpoint)
+        self.proxy = None
+        self.endpoint = self.moto_endpoint
+        if latency_s:
+            self.proxy = subprocess.Popen([sys.executable, "-m", "tests.s3_server", str(port), str(latency_s)],
+                                          cwd=ROOT, stdout=subprocess.PIPE, text=True)
+            self.endpoint = f"http://127.0.0.1:{int(self.proxy.stdout.readline())}"
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.moto_endpoint, aws_access_key_id=ACCESS_KEY,
+                            aws_secret_access_key=SECRET, region_name="us-east-1")
+
+    def use(self) -> None:
+        for name in [n for n in os.environ if n.startswith("AWS_")]:
+            del os.environ[name]
+        os.environ.update({"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
+                           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": self.endpoint})
+
+    def stop(self) -> None:
+        for process in (self.proxy, self.moto):
+            if process is not None:
+                process.terminate()
+                process.wait(10)
+
+
+def _wait_for(url: str) -> None:
+    import urllib.request
+
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+class FreeTask:
+    """A task whose preparation costs nothing: the reader's own work is what is timed."""
+
+    def prepare_many(self, sources, datas):
+        return None, []
+
+
+def seed(server: Servers, count: int) -> None:
+    client = server.client()
+    client.create_bucket(Bucket=BUCKET)
+    body = [f"object number {i}: a short sentence of about sixty bytes, like a tweet.\n".encode()
+            for i in range(count)]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: client.put_object(Bucket=BUCKET, Key=f"small/{i // 1000:02d}/{i:06d}.txt",
+                                                  Body=body[i]), range(count)))
+
+
+def listed() -> tuple[list, float]:
+    from gpucli.walk import WalkFilter, walk_blocks
+
+    started = time.perf_counter()
+    blocks = [b for b in walk_blocks([f"s3://{BUCKET}/small"], WalkFilter((".txt",))) if b]
+    return blocks, time.perf_counter() - started
+
+
+def sequential(blocks: list) -> float:
+    from gpucli.stores.filesystems import filesystem
+
+    fs = filesystem("s3")
+    started = time.perf_counter()
+    got = 0
+    for block in blocks:
+        for source in block:
+            got += len(fs.cat_file(source.abspath))
+    assert got > 0
+    return time.perf_counter() - started
+
+
+def server_ceiling(blocks: list, endpoint: str, threads: int = 32) -> float:
+    """What the server can serve at all: GETs of presigned URLs (signed before the clock starts)
+    from `threads` keep-alive connections of plain http.client, no S3 client. The most any reader
+    can reach here."""
+    import http.client
+    import threading
+    from urllib.parse import urlsplit
+
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET,
+                          region_name="us-east-1")
+    paths = []
+    for source in (s for block in blocks for s in block):
+        bucket, key = source.abspath.split("://", 1)[1].split("/", 1)
+        url = urlsplit(client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}))
+        paths.append(f"{url.path}?{url.query}")
+    where = urlsplit(endpoint)
+    local = threading.local()
+
+    def get(path: str) -> int:
+        if not hasattr(local, "conn"):
+            local.conn = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+        local.conn.request("GET", path)
+        response = local.conn.getresponse()
+        body = response.read()
+        assert response.status == 200, (response.status, body[:200])
+        return len(body)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        assert sum(pool.map(get, paths)) > 0
+    return time.perf_counter() - started
+
+
+def gpucli_reader(blocks: list) -> float:
+    from gpucli.reader import read_chunks
+
+    async def drain() -> int:
+        done = 0
+        async for chunk in read_chunks(iter(blocks), FreeTask(), 1 << 20, chunk_files=64, in_flight=8):
+            assert not chunk.failures, chunk.failures[:1]
+            done += chunk.found
+        return done
+
+    started = time.perf_counter()
+    done = asyncio.run(drain())
+    assert done == sum(map(len, blocks)), done
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--objects", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="delay before every answer (the proxy)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    server = Servers(args.latency_ms / 1000)
+    server.use()
+    try:
+        seed(server, args.objects)
+        blocks, list_s = listed()
+        n = sum(map(len, blocks))
+        assert n == args.objects, n
+        seq, conc, ceiling = [], [], []
+        for _ in range(args.rounds):
+            seq.append(sequential(blocks))
+            conc.append(gpucli_reader(blocks))
+            ceiling.append(server_ceiling(blocks, server.endpoint))
+            print(f"round: sequential {n / seq[-1]:.0f} objects/s, gpucli {n / conc[-1]:.0f} objects/s, "
+                  f"server ceiling {n / ceiling[-1]:.0f} objects/s", file=sys.stderr)
+    finally:
+        server.stop()
+    result = {"objects": n, "latency_ms": args.latency_ms, "list_s": round(list_s, 2),
+              "listed_objects_per_s": round(n / list_s), "rounds": args.rounds,
+              "sequential_objects_per_s": round(n / statistics.median(seq)),
+              "gpucli_objects_per_s": round(n / statistics.median(conc)),
+              "ratio": round(statistics.median(seq) / statistics.median(conc), 2),
+              "server_ceiling_objects_per_s": round(n / statistics.median(ceiling)),
+              "gpucli_of_ceiling": round(statistics.median(ceiling) / statistics.median(conc), 2),
+              "sequential_s": [round(s, 2) for s in seq], "gpucli_s": [round(s, 2) for s in conc],
+              "ceiling_s": [round(s, 2) for s in ceiling]}
+    print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    main()
