@@ -13,10 +13,11 @@ WorkerPool subclass (as in drive.py) noting, in seconds since this interpreter s
   first_result    the first batch's result back
   last_result     the last result back
   stop            the pool asked to stop (every result in)
-  exit            main returned (the output is durable; what is left is interpreter teardown)
+  exit            gpucli's atexit handlers ran (the output is durable; then os._exit)
 
 and CPU seconds (user + system) of this process at each mark and of each worker when it was
-ready and at stop. Written as JSON to TIMELINE.json when main returns (before teardown).
+ready and at stop. Written as JSON to TIMELINE.json by an atexit handler (gpucli's main leaves
+through os._exit once they have run).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 
 T_PROCESS = time.monotonic()
 
+import atexit  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -121,16 +123,14 @@ def main() -> None:
     mark("imported")
     install_hooks()
     sys.argv = ["gpucli", *argv]
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    mark("exit")
-    with open(out, "w") as f:
-        json.dump({"marks": MARKS, "cpu": CPU, "workers": list(WORKERS.values()), "results": RESULTS,
-                   "exit_code": code}, f)
-    sys.exit(code)
+
+    def write() -> None:  # gpucli's main leaves by os._exit after the atexit handlers (cli.py)
+        mark("exit")
+        with open(out, "w") as f:
+            json.dump({"marks": MARKS, "cpu": CPU, "workers": list(WORKERS.values()), "results": RESULTS}, f)
+
+    atexit.register(write)
+    cli.main()
 
 
 if __name__ == "__main__":
