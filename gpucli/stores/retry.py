@@ -109,6 +109,8 @@ def reason(exc: BaseException, doing: str = "read") -> str:
     kind = classify(exc)
     if isinstance(exc, GaveUp):
         return redact(f"cannot {doing}: the store kept failing ({exc}); a rerun tries again")
+    if kind is ErrorKind.MISSING and doing == "list":
+        return redact(f"no such bucket ({short(exc)}): check the URL's bucket name and the region")
     if kind is ErrorKind.MISSING:
         return "the object is gone (deleted after the listing?); not read: a rerun no longer lists it"
     if kind is ErrorKind.DENIED:

@@ -246,6 +246,12 @@ def test_credentials_are_never_printed_nor_taken_from_a_url(s3, bucket, tmp_path
     assert SECRET not in everything and SECRET not in Path(summary["failures_file"]).read_text()
 
 
+def test_a_bucket_that_does_not_exist_is_named_so(s3, tmp_path, quick_retries):
+    summary = run_fake(["s3://no-such-bucket-here/tree"], tmp_path / "out.parquet")
+    assert summary.exit_code == 1 and summary.inputs == 1
+    assert "no such bucket (NoSuchBucket (404))" in failures(summary)[0]["error"]
+
+
 def test_out_to_a_bucket_is_refused_with_what_to_do_instead(s3, bucket):
     result = CliRunner().invoke(app, ["embed", f"s3://{bucket}/tree", "--out", f"s3://{bucket}/out.parquet"])
     assert result.exit_code == 2 and "aws s3 sync" in result.stderr

@@ -128,6 +128,7 @@ def test_reasons_say_what_happened_and_what_to_do():
     assert "gone" in reason(ClientError("NoSuchKey", 404)) and "a rerun no longer lists it" in reason(
         FileNotFoundError())
     assert reason(ClientError("AccessDenied", 403), "list").startswith("access denied (AccessDenied (403))")
+    assert reason(ClientError("NoSuchBucket", 404), "list").startswith("no such bucket (NoSuchBucket (404))")
     assert "a rerun tries again" in reason(GaveUp(ClientError("SlowDown", 503), 6))
 
 
