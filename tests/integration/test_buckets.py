@@ -246,6 +246,12 @@ def test_credentials_are_never_printed_nor_taken_from_a_url(s3, bucket, tmp_path
     assert SECRET not in everything and SECRET not in Path(summary["failures_file"]).read_text()
 
 
+def test_roots_that_name_objects_are_those_objects_relative_to_their_prefix(s3, bucket, tmp_path):
+    summary = run_fake([f"s3://{bucket}/tree/a.txt", f"s3://{bucket}/tree/sub/c.txt"], tmp_path / "out.parquet")
+    assert (summary.exit_code, summary.succeeded) == (0, 2)
+    assert {p for p, _ in rows(tmp_path / "out.parquet")} == {"a.txt", "sub/c.txt"}
+
+
 def test_a_bucket_that_does_not_exist_is_named_so(s3, tmp_path, quick_retries):
     summary = run_fake(["s3://no-such-bucket-here/tree"], tmp_path / "out.parquet")
     assert summary.exit_code == 1 and summary.inputs == 1
