@@ -18,12 +18,10 @@ from gpucli.keys import split_key
 from gpucli.ledger_view import ReadOnlyLedger
 from gpucli.sinks import open_sink
 from gpucli.state_dir import LEDGER, ledger_dir, own_paths
-from gpucli.stores.roots import accept_url_roots
 from gpucli.summary import RunSummary
 
 
 def dry_run(config: RunConfig) -> RunSummary:
-    accept_url_roots(config.paths)  # s3://... roots (gpucli/stores/roots.py)
     job = Job(config)
     job.task_cls = job.task_cls.variant(job.spec, download=False)  # image-text: images too; nothing fetched
     sink = open_sink(config.out or f"{job.task_cls.name}.parquet", state_dir=config.state_dir)

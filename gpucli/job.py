@@ -70,15 +70,28 @@ def quiet_parent_torch() -> None:
 
 
 def input_root(paths: tuple[str, ...]) -> str:
-    """The absolute directory the rows' `path` is relative to (see walk.common_base)."""
+    """The absolute directory the rows' `path` is relative to (see walk.common_base), or the
+    root URL of object-store roots (gpucli/stores/roots.py)."""
     from pathlib import Path
 
+    from gpucli.stores.url import is_url
     from gpucli.walk import common_base
+
+    if paths and all(is_url(p) for p in paths):
+        from gpucli.stores.roots import url_input_root
+
+        return url_input_root(paths)
 
     return str(common_base([Path(os.path.abspath(p)) for p in paths])) if paths else ""
 
 
 def check_roots(paths: tuple[str, ...]) -> None:
+    from gpucli.stores.url import is_url
+
+    if any(is_url(p) for p in paths):  # s3://... roots: parsed and checked there, listed by the walk
+        from gpucli.stores.roots import check_url_roots
+
+        return check_url_roots(paths)
     missing = [p for p in paths if not os.path.lexists(p)]
     if missing:
         raise UsageError(f"no such file or directory: {', '.join(missing)}")

@@ -34,7 +34,6 @@ from gpucli.progress import Progress, tick
 from gpucli.reader import read_chunks
 from gpucli.recovery import OomHistory, after_oom
 from gpucli.signals import LoopSignals
-from gpucli.stores.roots import accept_url_roots
 from gpucli.summary import RunSummary
 from gpucli.writer import Writer
 
@@ -50,7 +49,6 @@ def run(config: RunConfig, progress: Progress | None = None) -> RunSummary:
 class Pipeline:
     def __init__(self, config: RunConfig, progress: Progress | None = None) -> None:
         self.config = config
-        accept_url_roots(config.paths)  # s3://... roots (gpucli/stores/roots.py)
         self.job = Job(config, progress)
         self.progress = self.job.progress
         self.signal_received = 0  # the signal number that asked this run to stop; 0 = running

@@ -33,7 +33,6 @@ from gpucli.progress import Counts, Progress
 from gpucli.reader import ReadChunk
 from gpucli.records import Failure, Source
 from gpucli.signals import DriverStops
-from gpucli.stores.roots import accept_url_roots
 from gpucli.summary import RunSummary
 from gpucli.walk import Found
 from gpucli.writer import part_due
@@ -60,7 +59,6 @@ class RayJob:
 
     def __init__(self, config: RunConfig, progress: Progress | None = None) -> None:
         self.config = config
-        accept_url_roots(config.paths)  # s3://... roots: the actors read the objects (gpucli/stores)
         self.job = Job(config, progress)
         self.sent: dict[int, Source] = {}  # inputs handed to Ray whose chunk has not come back
         self.stops = DriverStops()  # Ctrl-C / SIGTERM; `stops.signum` stopped the run (0 = running)
