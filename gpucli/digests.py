@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 RACY_S = 2.0
+HEX = frozenset("0123456789abcdef")
 
 
 def default_cache_root() -> Path:
@@ -36,7 +37,7 @@ def file_sha256(path: str | Path, cache_root: Path | None = None) -> str:
     memo = (cache_root or default_cache_root()) / "digests" / hashlib.sha256(stamp.encode()).hexdigest()[:40]
     with contextlib.suppress(OSError, UnicodeDecodeError):
         known = memo.read_text(encoding="ascii").strip()
-        if len(known) == 64:
+        if len(known) == 64 and all(c in HEX for c in known):  # a damaged memo is hashed again, not trusted
             return known
     digest = hashlib.sha256()
     with open(path, "rb") as f:

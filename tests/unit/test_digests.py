@@ -61,3 +61,15 @@ def test_a_cache_that_cannot_be_written_only_costs_the_hash(tmp_path, monkeypatc
     blocker = tmp_path / "cache"
     blocker.write_text("a file where the cache directory would be")
     assert digests.file_sha256(f, blocker) == hashlib.sha256(b"x" * 10).hexdigest()
+
+
+def test_a_damaged_memo_is_hashed_again_not_trusted(tmp_path, monkeypatch):
+    """A memo of 64 characters that is no digest (a disk error, another tool's file) would make a
+    sound install look corrupt: it is ignored and the file hashed."""
+    monkeypatch.setattr(digests, "RACY_S", 0.0)
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"weights")
+    right = digests.file_sha256(f, tmp_path / "cache")
+    (memo,) = (tmp_path / "cache" / "digests").iterdir()
+    memo.write_text("z" * 64, encoding="ascii")
+    assert digests.file_sha256(f, tmp_path / "cache") == right
