@@ -2,14 +2,14 @@
 
 The same contract as gpucli/walk.py's `walk_blocks`: blocks of `Source` and `Failure`, a
 `WalkReport` filled for `--prune`, the include/exclude globs, names starting with '.' passed
-over. A prefix is listed a page at a time (S3: ListObjectsV2 with a '/' delimiter, 1000 keys a
-page), each page a block, so that memory holds one page and the prefixes still to list, never
+over. A prefix is listed a page at a time with a '/' delimiter, 1000 keys a page (S3:
+ListObjectsV2; GCS: objects.list with pageToken; Azure: List Blobs with a marker), each page a block, so that memory holds one page and the prefixes still to list, never
 the tree: a prefix of a million keys is a thousand blocks. A prefix whose listing fails (access
 denied, the store still failing after the retries, even on its last page) is `unlisted`: a
 failure record names it and nothing under it is pruned, as for a directory that cannot be read.
 
 A source's identity for the ledger comes from the listing: size, last-modified time (mtime, to
-the second as stores give it) and ETag (or generation): `Source.version`."""
+the second as stores give it) and ETag (S3, Azure) or generation (GCS): `Source.version`."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from gpucli.stores.url import PROTOCOLS, StoreUrl, common_root, is_url, redact, 
 if TYPE_CHECKING:
     from gpucli.walk import WalkFilter, WalkReport
 
-PAGE_KEYS = 1000  # keys per listing request (S3's most)
+PAGE_KEYS = 1000  # keys (and sub-prefixes) per listing request: S3's and GCS's most, Azure's default 5000
 
 
 def parse_roots(roots: list[str]) -> list[StoreUrl]:
@@ -76,7 +76,8 @@ class _Lister:
 
     def __init__(self, fs: Any, base: StoreUrl, flt: WalkFilter, report: WalkReport) -> None:
         self.fs, self.base, self.flt, self.report = fs, base, flt, report
-        self.s3 = PROTOCOLS[base.protocol] == "s3fs"
+        self.pages = {"s3fs": self._s3_pages, "gcsfs": self._gcs_pages, "adlfs": self._azure_pages}[
+            PROTOCOLS[base.protocol]]
 
     def root(self, url: StoreUrl, info: dict | None) -> Iterator[list[Source | Failure]]:
         """A root's blocks: the object it names (`info`), or what is under its prefix."""
@@ -103,7 +104,7 @@ class _Lister:
 
     def _prefix(self, prefix: str, subdirs: list[str]) -> Iterator[list[Source | Failure]]:
         """One prefix's objects, a page at a time; its sub-prefixes go to `subdirs`."""
-        pages = self._s3_pages(prefix) if self.s3 else self._ls_pages(prefix)
+        pages = self.pages(prefix)
         rel_dir = relative(prefix, self.base) or "."
         try:
             for objects, prefixes in pages:
@@ -129,20 +130,45 @@ class _Lister:
                 return
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
-    def _ls_pages(self, prefix: str) -> Iterator[tuple[list[dict], list[str]]]:
-        """gs://, az://: one `ls` of the prefix (their libraries page inside it)."""
-        path = f"{self.base.bucket}/{prefix}" if prefix else self.base.bucket
-        entries = filesystems.run(self.fs, retrying, lambda: self.fs._ls(path, detail=True))
-        bucket = self.base.bucket + "/"
-        objects, prefixes = [], []
-        for info in entries:
-            key = info["name"][len(bucket):] if info["name"].startswith(bucket) else info["name"]
-            if info.get("type") == "directory":
-                prefixes.append(key.rstrip("/"))
-            else:
-                objects.append({"key": key, "size": info.get("size", 0), "mtime": _mtime_of(info),
-                                "version": _version_of(info)})
-        yield objects, prefixes
+    def _gcs_pages(self, prefix: str) -> Iterator[tuple[list[dict], list[str]]]:
+        """(objects, sub-prefixes) of each page of objects.list under `prefix/` (gcsfs's one-page
+        request; its `_ls` gathers every page of the prefix first)."""
+        params: dict[str, Any] = {"prefix": f"{prefix}/" if prefix else None, "delimiter": "/",
+                                  "maxResults": PAGE_KEYS}
+
+        while True:
+            page = filesystems.run(self.fs, retrying, lambda q=dict(params): self.fs._call(
+                "GET", "b/{}/o", self.base.bucket, json_out=True, **q))
+            objects = [{"key": i["name"], "size": int(i.get("size") or 0), "mtime": i.get("updated"),
+                        "version": i.get("generation", "")} for i in page.get("items", [])]
+            yield objects, [p.rstrip("/") for p in page.get("prefixes", [])]
+            if not page.get("nextPageToken"):
+                return
+            params["pageToken"] = page["nextPageToken"]
+
+    def _azure_pages(self, prefix: str) -> Iterator[tuple[list[dict], list[str]]]:
+        """(objects, sub-prefixes) of each page of List Blobs under `prefix/`, through adlfs's
+        service client (its `_ls` gathers every page of the prefix first)."""
+        from azure.storage.blob import BlobProperties
+
+        token: str | None = None
+        while True:
+            items, token = filesystems.run(self.fs, retrying, lambda t=token: self._azure_page(prefix, t))
+            blobs = [i for i in items if isinstance(i, BlobProperties)]
+            objects = [{"key": b.name, "size": b.size, "mtime": b.last_modified, "version": _quoted(b.etag)}
+                       for b in blobs]
+            yield objects, [i.name.rstrip("/") for i in items if not isinstance(i, BlobProperties)]
+            if not token:
+                return
+
+    async def _azure_page(self, prefix: str, token: str | None) -> tuple[list[Any], str | None]:
+        """One page from `token` on (a pager of its own, so that a retried page asks again for the same one)."""
+        async with self.fs.service_client.get_container_client(self.base.bucket) as container:
+            pager = container.walk_blobs(name_starts_with=f"{prefix}/" if prefix else None, delimiter="/",
+                                         results_per_page=PAGE_KEYS).by_page(continuation_token=token)
+            page = await pager.__anext__()
+            items = [item async for item in page]
+        return items, pager.continuation_token
 
     def _block(self, objects: list[dict]) -> list[Source | Failure]:
         out: list[Source | Failure] = []
@@ -166,8 +192,14 @@ class _Lister:
                       version=str(obj.get("version") or _version_of(obj)))
 
 
+def _quoted(etag: str | None) -> str:
+    """An Azure ETag as adlfs's `_info` gives it (quoted), so that a root naming one blob and its
+    prefix's listing give it the same version."""
+    return f'"{etag.strip(chr(34))}"' if etag else ""
+
+
 def _version_of(info: dict) -> str:
-    for name in ("ETag", "etag", "generation", "version_id", "VersionId"):
+    for name in ("generation", "ETag", "etag", "version_id", "VersionId"):  # GCS: generation, as its listing
         if info.get(name):
             return str(info[name])
     return ""

@@ -28,18 +28,25 @@ class ErrorKind(enum.Enum):
     OTHER = "other"  # anything else: no retry, the error as it is
 
 
-_MISSING_CODES = {"NoSuchKey", "NoSuchBucket", "NotFound", "404"}
+# S3's codes, Azure's (x-ms-error-code) and the HTTP status; gcsfs gives the status alone
+_MISSING_CODES = {"NoSuchKey", "NoSuchBucket", "NotFound", "404", "ContainerNotFound", "BlobNotFound",
+                  "ResourceNotFound"}
 _DENIED_CODES = {"AccessDenied", "Forbidden", "403", "AllAccessDisabled", "InvalidAccessKeyId",
-                 "SignatureDoesNotMatch", "AccountProblem", "AuthorizationFailure"}
+                 "SignatureDoesNotMatch", "AccountProblem", "AuthorizationFailure", "AuthenticationFailed",
+                 "AuthorizationPermissionMismatch", "AuthorizationSourceIPMismatch", "AuthorizationProtocolMismatch",
+                 "InsufficientAccountPermissions", "AccountIsDisabled"}
 _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequests", "RequestTimeout",
                     "RequestTimeoutException", "InternalError", "ServiceUnavailable", "503", "500", "502", "504",
                     "429", "RequestLimitExceeded", "ServerBusy", "OperationTimedOut"}
-_TRANSIENT_STATUS = {429, 500, 502, 503, 504}
-# exception classes (by name: aiohttp, botocore, fsspec, urllib3 need not be imported to be known)
+_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+_DENIED_STATUS = {401, 403}
+# exception classes (by name: aiohttp, botocore, fsspec, urllib3, requests, azure-core, gcsfs need not be
+# imported to be known); a subclass counts (requests' ProxyError, gcsfs's answer to a 502, is a ConnectionError)
 _TRANSIENT_TYPES = {"ClientPayloadError", "ServerDisconnectedError", "ClientConnectionError", "ClientOSError",
                     "ServerTimeoutError", "HTTPClientError", "ConnectionClosedError", "EndpointConnectionError",
                     "ReadTimeoutError", "ConnectTimeoutError", "IncompleteRead", "ResponseStreamingError",
-                    "FSTimeoutError", "TimeoutError", "ConnectionError", "ResponseParserError", "ProtocolError"}
+                    "FSTimeoutError", "TimeoutError", "ConnectionError", "ResponseParserError", "ProtocolError",
+                    "ServiceRequestError", "ServiceResponseError", "IncompleteReadError", "ChecksumError"}
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ def classify(exc: BaseException) -> ErrorKind:
         code, status = _code(link)
         if code in _MISSING_CODES or status == 404:
             return ErrorKind.MISSING
-        if code in _DENIED_CODES or status == 403:
+        if code in _DENIED_CODES or status in _DENIED_STATUS or _gcs_forbidden(link):
             return ErrorKind.DENIED
         if code in _TRANSIENT_CODES or status in _TRANSIENT_STATUS:
             return ErrorKind.TRANSIENT
@@ -139,10 +146,25 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _code(exc: BaseException) -> tuple[str, int]:
-    """(error code, HTTP status) of a botocore ClientError-like exception; ('', 0) otherwise."""
+    """(error code, HTTP status) of a store's error: botocore's ClientError (a response dict),
+    azure-core's HttpResponseError (error_code, status_code), gcsfs's HttpError (code: the
+    status), aiohttp's ClientResponseError (status); ('', 0) for anything else."""
     response: Any = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return "", int(getattr(exc, "status", 0) or 0) if type(exc).__name__.startswith("ClientResponse") else 0
-    code = str((response.get("Error") or {}).get("Code") or "")
-    status = int((response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
-    return code, status
+    if isinstance(response, dict):
+        code = str((response.get("Error") or {}).get("Code") or "")
+        status = int((response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
+        return code, status
+    name, module = type(exc).__name__, type(exc).__module__
+    if module.startswith("azure.") and hasattr(exc, "status_code"):
+        code = getattr(exc, "error_code", None)
+        return str(getattr(code, "value", code) or ""), int(getattr(exc, "status_code", 0) or 0)
+    if name == "HttpError" and module.startswith("gcsfs"):
+        return "", int(exc.code) if str(getattr(exc, "code", "")).isdigit() else 0  # type: ignore[attr-defined]
+    if name.startswith("ClientResponse"):
+        return "", int(getattr(exc, "status", 0) or 0)
+    return "", 0
+
+
+def _gcs_forbidden(exc: BaseException) -> bool:
+    """gcsfs's answer to a 403: a plain OSError whose text starts 'Forbidden:'."""
+    return type(exc) is OSError and str(exc).startswith("Forbidden")

@@ -21,8 +21,13 @@ _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _SECRET_QUERY = re.compile(r"(sig|signature|x-amz-signature|x-amz-credential|x-goog-signature|token|key)=",
                            re.IGNORECASE)
 # environment variables whose values are secrets: never in a message, whatever printed it
-SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN",
-              "AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_SECRET", "GOOGLE_OAUTH_ACCESS_TOKEN")
+# (the Azure CLI's names and adlfs's: AZURE_STORAGE_KEY, AZURE_STORAGE_ACCOUNT_KEY)
+SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_KEY", "AZURE_STORAGE_ACCOUNT_KEY",
+              "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_SECRET",
+              "AZURE_STORAGE_CLIENT_SECRET", "GOOGLE_OAUTH_ACCESS_TOKEN")
+# the secret parts of an Azure connection string (its account name and endpoints are not secrets)
+_CONNECTION_SECRET = re.compile(r"((?:AccountKey|SharedAccessSignature|SharedAccessKey)=)([^;\s'\"]+)",
+                                re.IGNORECASE)
 
 
 def is_url(path: str) -> bool:
@@ -53,7 +58,7 @@ class StoreUrl:
             raise UsageError(f"{redact(url)}: a URL root takes no query or fragment; credentials come from the "
                              "store's standard chain (environment, config files, instance roles), never the URL")
         bucket, _, key = rest.partition("/")
-        if "@" in bucket:
+        if "@" in bucket or ":" in bucket:  # no bucket name holds ':'; a key with '/' in it splits at its first one
             raise UsageError(f"{redact(url)}: credentials in a URL are refused (argv is visible to every user of "
                              "the machine); set them in the environment or the store's config file")
         if not bucket:
@@ -100,8 +105,15 @@ def redact(text: str) -> str:
     to every message gpucli writes about a URL root (failure records, notes, errors)."""
     text = re.sub(r"(://)[^/@\s]*@", r"\1***@", text)
     text = re.sub(r"(\?)[^\s]*", lambda m: "?***" if _SECRET_QUERY.search(m.group(0)) else m.group(0), text)
-    for name in SECRET_ENV:
-        value = os.environ.get(name)
-        if value and len(value) >= 8:
-            text = text.replace(value, "***")
+    text = _CONNECTION_SECRET.sub(r"\1***", text)
+    for value in _secret_values():
+        text = text.replace(value, "***")
     return text
+
+
+def _secret_values() -> list[str]:
+    """The secret variables' values, and the key (or signature) inside a connection string, which
+    a message may quote alone; longest first, so that a value holding another goes whole."""
+    values = [os.environ.get(name) or "" for name in SECRET_ENV]
+    values += [m.group(2) for m in _CONNECTION_SECRET.finditer(os.environ.get("AZURE_STORAGE_CONNECTION_STRING", ""))]
+    return sorted({v for v in values if len(v) >= 8}, key=len, reverse=True)
