@@ -3,16 +3,14 @@ suite runs against), behind a small proxy that counts requests and injects fault
 
 The proxy forwards every request to moto and can, per key or prefix: answer 503 SlowDown for the
 first N GETs, cut a body short and close the connection (a reset mid-object), answer 403
-AccessDenied, fail listings with 500, and add latency (the benchmark: a store's first byte is
-tens of milliseconds away, a local moto's is not). Clients talk to the proxy through
-`AWS_ENDPOINT_URL`, as a user of an S3-compatible store would."""
+AccessDenied, fail listings with 500 (the benchmark's latency is benchmarks/latency_proxy.py's).
+Clients talk to the proxy through `AWS_ENDPOINT_URL`, as a user of an S3-compatible store would."""
 
 from __future__ import annotations
 
 import http.client
 import os
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,7 +30,6 @@ class Faults:
     failing_list_prefixes: tuple[str, ...] = ()  # listings of these prefixes: 500 InternalError, always
     failing_next_pages: bool = False  # listings past their first page: 500 InternalError, always
     gone: tuple[str, ...] = ()  # GETs of these keys: 404 NoSuchKey (deleted between the listing and the read)
-    latency_s: float = 0.0  # before every answer
 
 
 @dataclass
@@ -88,8 +85,6 @@ class _Proxy(BaseHTTPRequestHandler):
         query = parse_qs(parts.query)
         _, _, key = unquote(parts.path).lstrip("/").partition("/")
         listing = method == "GET" and not key and "list-type" in query
-        if faults.latency_s:
-            time.sleep(faults.latency_s)
         with server.traffic.lock:
             if listing:
                 server.traffic.lists += 1
@@ -240,17 +235,3 @@ def use_server(server: S3Server) -> None:
         S3FileSystem.clear_instance_cache()
     except ImportError:
         pass
-
-
-def serve_proxy(upstream_port: int, latency_s: float) -> None:
-    """The proxy alone, in a process of its own (benchmarks/bucket_bench.py): prints its port."""
-    proxy = _ProxyServer(("127.0.0.1", upstream_port))
-    proxy.faults.latency_s = latency_s
-    print(proxy.server_address[1], flush=True)
-    proxy.serve_forever()
-
-
-if __name__ == "__main__":  # python -m tests.s3_server PORT LATENCY_S
-    import sys
-
-    serve_proxy(int(sys.argv[1]), float(sys.argv[2]))
