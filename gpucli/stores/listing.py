@@ -3,8 +3,8 @@
 The same contract as gpucli/walk.py's `walk_blocks`: blocks of `Source` and `Failure`, a
 `WalkReport` filled for `--prune`, the include/exclude globs, names starting with '.' passed
 over. A prefix is listed a page at a time with a '/' delimiter, 1000 keys a page (S3:
-ListObjectsV2; GCS: objects.list with pageToken; Azure: List Blobs with a marker), each page a block, so that memory holds one page and the prefixes still to list, never
-the tree: a prefix of a million keys is a thousand blocks. A prefix whose listing fails (access
+ListObjectsV2; GCS: objects.list with pageToken; Azure: List Blobs with a marker), each page a
+block, so that memory holds one page and the prefixes still to list, never the tree: a prefix of a million keys is a thousand blocks. A prefix whose listing fails (access
 denied, the store still failing after the retries, even on its last page) is `unlisted`: a
 failure record names it and nothing under it is pruned, as for a directory that cannot be read.
 
