@@ -2,7 +2,7 @@
 
 An S3 server on 127.0.0.1 (moto's `moto_server`, or npm's s3rver with `--server s3rver`, a process of its
 own) holds N small text objects. Both sides use
-the same s3fs filesystem (gpucli.stores.filesystems: one HTTP connection pool, no library
+the same s3fs filesystem (gpucli.inputs.stores.filesystems: one HTTP connection pool, no library
 retries) and read the same keys, listed once beforehand:
 
   sequential  a plain loop: `fs.cat_file(url)` for each object, one request at a time
@@ -153,7 +153,7 @@ def seed(server: Servers, count: int) -> None:
 
 
 def listed() -> tuple[list, float]:
-    from gpucli.walk import WalkFilter, walk_blocks
+    from gpucli.inputs.walk import WalkFilter, walk_blocks
 
     started = time.perf_counter()
     blocks = [b for b in walk_blocks([f"s3://{BUCKET}/small"], WalkFilter((".txt",))) if b]
@@ -161,7 +161,7 @@ def listed() -> tuple[list, float]:
 
 
 def sequential(blocks: list) -> float:
-    from gpucli.stores.filesystems import filesystem
+    from gpucli.inputs.stores.filesystems import filesystem
 
     fs = filesystem("s3")
     started = time.perf_counter()
@@ -207,7 +207,7 @@ def server_ceiling(blocks: list, server: Servers, threads: int = 32) -> float:
 
 
 def gpucli_reader(blocks: list) -> float:
-    from gpucli.reader import read_chunks
+    from gpucli.engines.reader import read_chunks
 
     async def drain() -> int:
         done = 0

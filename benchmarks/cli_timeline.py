@@ -6,7 +6,7 @@ The command is gpucli's own `main` with argv as given; the only hooks are benchm
 WorkerPool subclass (as in drive.py) noting, in seconds since this interpreter started
 (`T_PROCESS`, the first line run; the launcher's own fork/exec is measured by the caller):
 
-  imported        gpucli.cli imported (the command line's own import cost)
+  imported        gpucli.app.cli imported (the command line's own import cost)
   pool_start      the pool asked to start its workers (after walk set-up, output checks)
   worker_ready    each worker's Ready (its import + model load + warm-up), with its CPU seconds
   first_sent      the first batch handed to a worker
@@ -56,8 +56,8 @@ def worker_cpu(pid: int) -> float:
 
 
 def install_hooks() -> None:
-    import gpucli.pool as pool_module
-    from gpucli.records import Ready, Result
+    import gpucli.engines.local.pool as pool_module
+    from gpucli.core.records import Ready, Result
 
     original = pool_module.WorkerPool
 
@@ -91,13 +91,13 @@ def install_hooks() -> None:
     for module in list(sys.modules.values()):
         if module is not None and module.__name__.startswith("gpucli") and getattr(module, "WorkerPool", None) is original:
             module.WorkerPool = TimedPool
-    import gpucli.job
-    import gpucli.output
+    import gpucli.engines.job
+    import gpucli.output.output
     import gpucli.tasks.embed
 
-    span(gpucli.job.Job, "open", "job_open")
+    span(gpucli.engines.job.Job, "open", "job_open")
     span(gpucli.tasks.embed.EmbedTask, "open", "task_open")
-    span(gpucli.output.Output, "open", "output_open")
+    span(gpucli.output.output.Output, "open", "output_open")
 
 
 def span(owner: type, attr: str, name: str) -> None:
@@ -116,9 +116,9 @@ def span(owner: type, attr: str, name: str) -> None:
 
 def main() -> None:
     out, argv = sys.argv[1], sys.argv[2:]
-    import gpucli.cli as cli
-    import gpucli.job  # noqa: F401 - where the pool is built: hook it there too
-    import gpucli.pipeline  # noqa: F401
+    import gpucli.app.cli as cli
+    import gpucli.engines.job  # noqa: F401 - where the pool is built: hook it there too
+    import gpucli.engines.local.pipeline  # noqa: F401
 
     mark("imported")
     install_hooks()

@@ -1,4 +1,4 @@
-"""Run one gpucli job in this process through `gpucli.pipeline` and print its timings as
+"""Run one gpucli job in this process through `gpucli.engines.local.pipeline` and print its timings as
 one JSON line on stdout. The benchmarks start it as a subprocess, so every job gets a
 fresh interpreter and its own process tree (for RSS sampling).
 
@@ -10,7 +10,7 @@ BENCH_TIME_WRITES=1 splits each writer flush into table building, sink.write and
 
 The only hooks are benchmark-side: a WorkerPool subclass that notes when every worker
 has loaded its model (to tell start-up from steady state), and, for the overlap
-benchmark, `gpucli.sinks.open_sink` replaced (wherever gpucli imported it by name) by one
+benchmark, `gpucli.output.sinks.open_sink` replaced (wherever gpucli imported it by name) by one
 returning the SlowSink.
 """
 
@@ -58,7 +58,7 @@ def timed_pool_class():
     stop, with the CPU seconds spent by this process and by the workers at those moments.
     (Built in `main`: a spawned reader or worker re-runs this file as `__mp_main__`, and
     must not import the pipeline for nothing, as a user's `gpucli` script does not.)"""
-    from gpucli.pool import WorkerPool
+    from gpucli.engines.local.pool import WorkerPool
 
     class TimedPool(WorkerPool):
         async def start(self) -> None:
@@ -97,7 +97,7 @@ WRITES: list[dict] = []
 def timed_writer_class():
     """gpucli's Writer with each part's write split in two (wall seconds in the writer thread):
     sink.write and commit (the ledger)."""
-    import gpucli.writer as writer_module
+    import gpucli.output.writer as writer_module
 
     class TimedWriter(writer_module.Writer):
         def write(self, part):
@@ -116,9 +116,9 @@ def timed_writer_class():
 def replace_everywhere(name: str, new) -> None:
     """Rebind `name` in every loaded gpucli module that imported the original by name
     (the pipeline or a helper module of it may call it), and in the defining module."""
-    import gpucli.sinks
+    import gpucli.output.sinks
 
-    original = getattr(gpucli.sinks, name)
+    original = getattr(gpucli.output.sinks, name)
     for module in list(sys.modules.values()):
         if module is not None and module.__name__.startswith("gpucli") and getattr(module, name, None) is original:
             setattr(module, name, new)
@@ -134,17 +134,17 @@ def main() -> None:
     fields.setdefault("progress", "off")
     fields.setdefault("quiet", True)
     fields.setdefault("devices", "cpu")
-    import gpucli.pipeline as pipeline
-    from gpucli.config import RunConfig
+    import gpucli.engines.local.pipeline as pipeline
+    from gpucli.core.config import RunConfig
 
     config = RunConfig(**fields)
     pipeline.WorkerPool = timed_pool_class()
     if os.environ.get("BENCH_TIME_WRITES"):  # diagnosis: split each flush into table / sink / commit
         pipeline.Writer = timed_writer_class()
     if os.environ.get("BENCH_WORKER_THREADS"):  # an experiment knob: torch/OMP threads per worker
-        import gpucli.pool
+        import gpucli.engines.local.pool
 
-        gpucli.pool._threads_per_worker = lambda devices: int(os.environ["BENCH_WORKER_THREADS"])
+        gpucli.engines.local.pool._threads_per_worker = lambda devices: int(os.environ["BENCH_WORKER_THREADS"])
     sink = None
     if args.slow_sink_ms:
         from benchmarks.sim import SlowSink

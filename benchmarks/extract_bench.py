@@ -9,7 +9,7 @@ PDFs against a plain multi-process loop running the same library.
 
 *Plain loop* (`--plain ROOT`, a fresh process): walk ROOT for *.pdf, then a `multiprocessing.Pool` of
 `os.cpu_count()` processes, each file: `pypdfium2.PdfDocument(path)`, every page's
-`get_textpage().get_text_bounded()` (what gpucli/extract/pdf.py calls), pages and text pages closed,
+`get_textpage().get_text_bounded()` (what gpucli/inputs/extract/pdf.py calls), pages and text pages closed,
 the document closed; the text's length comes back. Its JSON line: pages, `extract_s` (pool start to
 last result), `total_s` (the process's own run, imports included).
 

@@ -75,7 +75,7 @@ def pdf_pypdfium2(path: str) -> list[str]:
         for i in range(len(pdf)):
             page = pdf[i]
             textpage = page.get_textpage()
-            pages.append(textpage.get_text_bounded())  # as gpucli.extract.pdf: all of Unicode, not UCS-2
+            pages.append(textpage.get_text_bounded())  # as gpucli.inputs.extract.pdf: all of Unicode, not UCS-2
             textpage.close()
             page.close()
         return pages
@@ -157,11 +157,11 @@ def html_inscriptis(html: str) -> str:
 HTML = {"selectolax": html_selectolax, "selectolax+roles": html_selectolax_roles, "trafilatura": html_trafilatura,
         "html-text": html_html_text, "inscriptis": html_inscriptis}
 HTML_LICENSE = {"selectolax": "MIT", "selectolax+roles": "MIT", "trafilatura": "Apache-2.0", "html-text": "MIT",
-                "inscriptis": "Apache-2.0", "gpucli.extract": "MIT (selectolax)"}
-try:  # gpucli's own walk (gpucli/extract/htmltext.py), where this checkout has it: the row to check it against
-    from gpucli.extract.htmltext import html_to_text as _gpucli_html_to_text
+                "inscriptis": "Apache-2.0", "gpucli.inputs.extract": "MIT (selectolax)"}
+try:  # gpucli's own walk (gpucli/inputs/extract/htmltext.py), where this checkout has it: the row to check it against
+    from gpucli.inputs.extract.htmltext import html_to_text as _gpucli_html_to_text
 
-    HTML["gpucli.extract"] = _gpucli_html_to_text
+    HTML["gpucli.inputs.extract"] = _gpucli_html_to_text
 except ImportError:
     pass
 

@@ -84,7 +84,7 @@ def _ray(ctx: Context, root: Path, rep: int) -> dict:
 
 def _child(root: str, out: str) -> None:  # pragma: no cover - runs inside the namespace
     sys.path.insert(0, str(ROOT))
-    from gpucli.config import RunConfig
+    from gpucli.core.config import RunConfig
     from gpucli.engines import run_engine
 
     summary = run_engine(RunConfig(task=NULL, model="minilm", paths=(root,), out=out, engine="ray",

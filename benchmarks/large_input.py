@@ -10,7 +10,7 @@ smaller `part_rows` brings the slope in reach of small inputs):
   them) fed to `PartBuffer` in batches of 32, with a take after every batch once `part_rows`
   wait (as the writer is woken), then the take that returns them all; beside it the same
   with the buffer as it was before (`QuadraticBuffer`, kept here only to show the slope).
-* end to end: `gpucli.pipeline.run` on one file of that size, with a null device that
+* end to end: `gpucli.engines.local.pipeline.run` on one file of that size, with a null device that
   returns such rows (`WideSim`), one worker; elapsed, the write stage and the seconds per MB.
 
 Linear: seconds per MB stay flat as the size doubles (the ratio 20 MB / 5 MB of the total
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gpucli.records import Item, Source  # noqa: E402
+from gpucli.core.records import Item, Source  # noqa: E402
 from gpucli.tasks.base import Task  # noqa: E402
 
 CHUNK_CHARS = 2000  # ~ one 256-token chunk of English text
@@ -100,7 +100,7 @@ class QuadraticBuffer:
         import numpy as np
         import pyarrow as pa
 
-        from gpucli.decision import Status
+        from gpucli.core.decision import Status
         OPEN, COMPLETE = Status.OPEN, Status.COMPLETE
 
         table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
@@ -121,7 +121,7 @@ def buffer_seconds(buffer: Any, chunks: int, part_rows: int) -> float:
     import numpy as np
     import pyarrow as pa
 
-    from gpucli.decision import Status
+    from gpucli.core.decision import Status
     OPEN, COMPLETE = Status.OPEN, Status.COMPLETE
 
     text = pa.array(["x" * CHUNK_CHARS] * BATCH)
@@ -144,8 +144,8 @@ def buffer_seconds(buffer: Any, chunks: int, part_rows: int) -> float:
 
 
 def end_to_end(mb: float, part_rows: int, work: Path) -> dict[str, float]:
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
 
     root = work / f"in-{mb:g}"
     root.mkdir()
@@ -166,7 +166,7 @@ def main() -> None:
     parser.add_argument("--part-rows", type=int, default=1000)
     parser.add_argument("--skip-e2e", action="store_true")
     args = parser.parse_args()
-    from gpucli.parts import PartBuffer
+    from gpucli.output.parts import PartBuffer
 
     sizes = [float(s) for s in args.sizes.split(",")]
     buffer_seconds(PartBuffer(), 4 * BATCH, BATCH)  # imports and first calls outside the figures
@@ -181,7 +181,7 @@ def main() -> None:
     if args.skip_e2e:
         return
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    print(f"\nend to end (gpucli.pipeline.run, null device, one worker, part_rows {args.part_rows})")
+    print(f"\nend to end (gpucli.engines.local.pipeline.run, null device, one worker, part_rows {args.part_rows})")
     print(f"{'MB':>6} {'elapsed s':>10} {'s/MB':>7} {'write s':>8} {'s/MB':>7}")
     with tempfile.TemporaryDirectory(prefix="gpucli-large-") as tmp:
         for mb in sizes:

@@ -104,7 +104,7 @@ def embed_bench(args, report: dict) -> None:
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel
 
-    from gpucli.backends.onnx import OnnxTextEncoder
+    from gpucli.models.backends.onnx import OnnxTextEncoder
     from gpucli.tasks._st_modules import read_model_config
 
     threads = torch.get_num_threads()
@@ -163,7 +163,7 @@ def _row_cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def classify_bench(args, report: dict) -> None:
     import torch
 
-    from gpucli.backends.onnx import OnnxImageClassifier
+    from gpucli.models.backends.onnx import OnnxImageClassifier
     from gpucli.tasks._classifiers import Lite0Adapter as _Lite0
     from gpucli.tasks.classify import LITE0, lite0_graph
 

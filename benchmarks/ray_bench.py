@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def one(engine: str, root: str, out: str, address: str, workers: int) -> None:
     """Runs the job with a progress hook that notes when predicted items first and last came back
     (rows are counted as parts are written; items as each batch's outputs are accounted)."""
-    from gpucli.config import RunConfig
-    from gpucli.progress import Progress
+    from gpucli.core.config import RunConfig
+    from gpucli.core.progress import Progress
 
     class Clock(Progress):
         first = last = 0.0
@@ -60,7 +60,7 @@ def one(engine: str, root: str, out: str, address: str, workers: int) -> None:
     if engine == "ray":
         from gpucli.engines.ray import run
     else:
-        from gpucli.pipeline import run
+        from gpucli.engines.local.pipeline import run
     summary = run(config, clock)
     steady_s = clock.last - clock.first
     print(json.dumps({"runtime": _runtime(out), "rows": summary.rows, "succeeded": summary.succeeded, "exit_code": summary.exit_code,

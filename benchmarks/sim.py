@@ -3,8 +3,8 @@
 SimTask: a device that sleeps `device_ms` per batch (releasing the CPU, as a GPU kernel
 would) and returns a tiny vector per item. Each non-empty line of a .txt file is one item.
 SlowSink: a sink whose every write sleeps `sink_ms` (a remote vector database's upsert).
-The sink registry only scans gpucli/sinks/, so drive.py installs SlowSink by replacing
-`gpucli.pipeline.open_sink` in its own process (the sink lives only in the parent).
+The sink registry only scans gpucli/output/sinks/, so drive.py installs SlowSink by replacing
+`gpucli.engines.local.pipeline.open_sink` in its own process (the sink lives only in the parent).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpucli.records import Item, Source
-from gpucli.sinks.base import Sink
+from gpucli.core.records import Item, Source
+from gpucli.output.sinks.base import Sink
 from gpucli.tasks.base import Task
 
 

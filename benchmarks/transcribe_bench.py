@@ -93,7 +93,7 @@ def run_loop(paths: list[Path], model_path: str, compute: str, batched: bool) ->
 
 
 def run_task(paths: list[Path], batch_size: int) -> float:
-    from gpucli.records import Source
+    from gpucli.core.records import Source
     from gpucli.tasks import TaskSpec, create_task
 
     task = create_task(TaskSpec("transcribe", ""))

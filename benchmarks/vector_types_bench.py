@@ -9,7 +9,7 @@ query whose own paragraph is usually, not always, its nearest).
 
 Every paragraph and query is embedded once with the default model (minilm, through
 sentence-transformers' `encode`, normalised: the vectors gpucli writes) on this CPU. Each type
-then stores the paragraph vectors as gpucli does (gpucli/vectors.py: `Stored.column`, int8
+then stores the paragraph vectors as gpucli does (gpucli/core/vectors.py: `Stored.column`, int8
 calibrated on the output's first batch of 64 rows, as a run does), reads them back as `gpucli
 search` does (`Reading`), and ranks the corpus for each query: recall@10 = the share of float32's
 top 10 found in the type's top 10, averaged over queries; "top-1 same" = the share of queries
@@ -43,7 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpucli.vectors import (  # noqa: E402
+from gpucli.core.vectors import (  # noqa: E402
     Int8Scale,
     Reading,
     Stored,

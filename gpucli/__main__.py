@@ -1,7 +1,7 @@
 """`python -m gpucli` and the `gpucli` console script.
 
 This module imports nothing at its top. A spawned reader or worker re-runs the script that
-started the run (as `__mp_main__`) before it does anything else; with `gpucli.cli:main` as the
+started the run (as `__mp_main__`) before it does anything else; with `gpucli.app.cli:main` as the
 script's entry, every such process imported typer and rich for nothing (~0.2 s of CPU each).
 """
 
@@ -9,10 +9,10 @@ script's entry, every such process imported typer and rich for nothing (~0.2 s o
 def main() -> None:
     import sys
 
-    from gpucli import entry
+    from gpucli.app import entry
 
-    entry.note(sys.argv[1:])  # `gpucli embed`: only embed's command is built (gpucli/entry.py)
-    from gpucli.cli import main as cli_main
+    entry.note(sys.argv[1:])  # `gpucli embed`: only embed's command is built (gpucli/app/entry.py)
+    from gpucli.app.cli import main as cli_main
 
     cli_main()
 

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpucli.errors import InputError
-from gpucli.records import Item, Source
+from gpucli.core.errors import InputError
+from gpucli.core.records import Item, Source
 from gpucli.tasks.base import Task
 
 
@@ -37,7 +37,7 @@ class FakeOptions:
     read_waits_for: str = ""  # prepare waits (up to 20 s) for this file, then fails the input
     slow_node: str = ""  # on the Ray node started with GPUCLI_TEST_NODE=<this> (tests/ray_cluster.py) ...
     slow_node_ms: float = 0.0  # ... every batch sleeps this much longer
-    dedup: bool = False  # identical content once (gpucli/dedup.py), as embed's --dedup
+    dedup: bool = False  # identical content once (gpucli/output/dedup.py), as embed's --dedup
 
 
 class FakeTask(Task):
@@ -45,7 +45,7 @@ class FakeTask(Task):
     help = "test task"
     suffixes = (".txt",)
     Options = FakeOptions
-    reads_tables = True  # --from TABLE (gpucli/tables.py)
+    reads_tables = True  # --from TABLE (gpucli/inputs/tables.py)
     default_model = "fake-model"
     cost_name = "words"
     default_batch_size = 8

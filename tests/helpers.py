@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from gpucli.config import RunConfig
+from gpucli.core.config import RunConfig
 from tests.fake_task import FAKE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def run_fake(paths, out: Path, options: dict | None = None, **kw):
     kw.setdefault("devices", "cpu")
     config = RunConfig(task=FAKE, paths=tuple(str(p) for p in paths), out=str(out), progress="off",
                        task_options=options or {}, **kw)
-    from gpucli.pipeline import run
+    from gpucli.engines.local.pipeline import run
 
     return run(config)
 
@@ -253,11 +253,11 @@ class FakeOutput:
 
 
 def make_accounts() -> tuple[Any, FakeOutput]:
-    """Accounts over the fake task and a fake output (gpucli/accounts.py)."""
-    from gpucli.accounts import Accounts
-    from gpucli.progress import Counts
-    from gpucli.settings import output_schema
-    from gpucli.summary import RunSummary
+    """Accounts over the fake task and a fake output (gpucli/output/accounts.py)."""
+    from gpucli.core.progress import Counts
+    from gpucli.core.summary import RunSummary
+    from gpucli.output.accounts import Accounts
+    from gpucli.output.settings import output_schema
     from gpucli.tasks import TaskSpec
     from tests.fake_task import FakeTask
 
@@ -267,14 +267,14 @@ def make_accounts() -> tuple[Any, FakeOutput]:
 
 
 def sources(n: int) -> list[Any]:
-    from gpucli.records import Source
+    from gpucli.core.records import Source
 
     return [Source(i, f"f{i}.txt", f"/in/f{i}.txt", size=10 + i, mtime_ns=1, digest=f"d{i}") for i in range(n)]
 
 
 def block(pairs: list[tuple[int, int]]) -> Any:
     """Items for (source id, item index) pairs, each a line "s<id> i<index>"."""
-    from gpucli.records import Item, Items
+    from gpucli.core.records import Item, Items
 
     return Items.from_items([Item(sid, index, f"s{sid} i{index}", 2, {"chunk": index, "text": f"s{sid} i{index}"})
                              for sid, index in pairs])

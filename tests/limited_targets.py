@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from gpucli.errors import InputError
+from gpucli.core.errors import InputError
 
 
 def act(kind: str, arg: str):

@@ -161,9 +161,9 @@ def fake_run(root: Path, out: Path, options: dict | None = None, **config) -> li
     registered tasks only)."""
     code = (
         "import json, sys\n"
-        "from gpucli.config import RunConfig\n"
+        "from gpucli.core.config import RunConfig\n"
         "from gpucli.engines import run_engine\n"
-        "from gpucli.errors import GpucliError\n"
+        "from gpucli.core.errors import GpucliError\n"
         f"config = RunConfig(task='tests.fake_task:FakeTask', paths=({str(root)!r},), out={str(out)!r}, "
         f"progress='plain', devices='cpu', engine='ray', ray_address={ADDRESS!r}, task_options={options or {}!r}, "
         f"**{config!r})\n"

@@ -11,7 +11,7 @@ if os.environ.get("GPUCLI_TEST_IMPORTING"):  # set by the test; any other import
 
 
 def main() -> None:
-    from gpucli.signals import leave_to_parent
+    from gpucli.core.signals import leave_to_parent
 
     leave_to_parent()
     time.sleep(0.3)  # a signal dropped while blocked must not arrive late either

@@ -11,11 +11,11 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpucli.errors import UsageError
+from gpucli.core.errors import UsageError
 
 if TYPE_CHECKING:
-    from gpucli.config import RunConfig
-    from gpucli.summary import RunSummary
+    from gpucli.core.config import RunConfig
+    from gpucli.core.summary import RunSummary
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Engine:
 
 
 ENGINES = {
-    "local": Engine("local", "gpucli.pipeline:run"),
+    "local": Engine("local", "gpucli.engines.local.pipeline:run"),
     "ray": Engine("ray", "gpucli.engines.ray:run", needs=("ray", "ray.data"), extra="ray"),
 }
 
@@ -35,7 +35,7 @@ ENGINES = {
 def run_engine(config: RunConfig) -> RunSummary:
     """Run the job on `config.engine` and return its summary."""
     if config.dry_run:
-        from gpucli.dryrun import dry_run
+        from gpucli.engines.dryrun import dry_run
 
         return dry_run(config)
     engine = ENGINES.get(config.engine)

@@ -7,7 +7,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-from gpucli.errors import UsageError
+from gpucli.core.errors import UsageError
 from gpucli.tasks.base import ModelEntry, Task, TaskSpec
 
 __all__ = ["ModelEntry", "Task", "TaskSpec", "all_tasks", "get_task", "create_task", "task_of_module"]

@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import InputError
+from gpucli.core.errors import InputError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpucli.records import Items, Ragged
+from gpucli.core.records import Items, Ragged
 
 if TYPE_CHECKING:
-    from gpucli.extract import Document
+    from gpucli.inputs.extract import Document
 
 SENTENCE_ENDS = frozenset(".!?")
 CJK_SENTENCE_ENDS = frozenset("。！？")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import UsageError
-from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
+from gpucli.core.errors import UsageError
+from gpucli.models.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.tasks import _lite0
 from gpucli.tasks._images import Geometry, open_image, resize_crop
 from gpucli.tasks._lite0 import (
@@ -125,7 +125,7 @@ class HuggingFaceAdapter:
 def _resolve(model: str, revision: str, cache_first: bool) -> ResolvedModel:
     """A local directory, or a Hugging Face id through the cache (downloaded where the Hub is
     reachable). Only transformers reads the files after this, and only from that directory."""
-    from gpucli.model_kind import require_kind
+    from gpucli.models.model_kind import require_kind
 
     resolved = resolve_model_dir(model, revision, kind="transformers", cache_first=cache_first)
     require_kind("classify", model, resolved.path)  # a Hub id of a text or speech model says so too

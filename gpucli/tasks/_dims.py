@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpucli.errors import UsageError
+from gpucli.core.errors import UsageError
 
 SIGN = re.compile(r"matryoshka|\bMRL\b", re.IGNORECASE)
 CARD_BYTES = 1 << 20  # a model card is read up to 1 MiB

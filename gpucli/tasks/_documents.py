@@ -1,8 +1,8 @@
 """Inputs -> documents for embed: each input's text, and where its pages start.
 
 Plain text (and a table's record) is decoded here, in the reader's thread or process
-(gpucli/tasks/_text.py). A document format (PDF, DOCX, HTML, EPUB...: gpucli/extract/) is
-extracted in child processes (gpucli/limited.py), for two reasons: extraction is CPU work in C
+(gpucli/tasks/_text.py). A document format (PDF, DOCX, HTML, EPUB...: gpucli/inputs/extract/) is
+extracted in child processes (gpucli/inputs/limited.py), for two reasons: extraction is CPU work in C
 libraries that must spread over the host's cores, and a pathological file must be stoppable
 (a time limit per file, `--extract-timeout`, and a memory cap per child) without stopping the run.
 Either way the text is cleaned of escape sequences and control characters before tokenizing.
@@ -14,11 +14,11 @@ import os
 import threading
 from typing import Any
 
-from gpucli.errors import InputError
-from gpucli.extract import Document, format_for
-from gpucli.limited import LimitedPool, Limits, default_size
-from gpucli.records import Failure, Source
-from gpucli.tables import Record
+from gpucli.core.errors import InputError
+from gpucli.core.records import Failure, Source
+from gpucli.inputs.extract import Document, format_for
+from gpucli.inputs.limited import LimitedPool, Limits, default_size
+from gpucli.inputs.tables import Record
 from gpucli.tasks._text import clean_text, decode_text
 
 EXTRACT_TARGET = "gpucli.tasks._documents:extract_clean"
@@ -82,7 +82,7 @@ class Documents:
 def extract_clean(fmt: str, data: bytes) -> Document:
     """In an extraction child: the document's text, each page cleaned of control characters
     (page starts move with what is removed)."""
-    from gpucli.extract import extract
+    from gpucli.inputs.extract import extract
 
     doc = extract(fmt, data)
     if not doc.pages:

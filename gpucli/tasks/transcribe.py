@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucli.errors import UsageError
-from gpucli.hub import COMMIT, ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
-from gpucli.records import Item, Source
+from gpucli.core.errors import UsageError
+from gpucli.core.records import Item, Source
+from gpucli.models.hub import COMMIT, ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.tasks import _audio, _funasr
 from gpucli.tasks.base import ModelEntry, Task
 
@@ -115,7 +115,7 @@ def _whisper_model(model: str, name: str, revision: str, cache_first: bool) -> R
         return package_model(name, TINY_EN_DIST, revision, "whisper-tiny.en")
     if not Path(name).is_dir():
         name = _whisper_repo(name)
-    from gpucli.model_kind import require_kind
+    from gpucli.models.model_kind import require_kind
 
     resolved = resolve_model_dir(name, revision, kind="ctranslate2", cache_first=cache_first)
     require_kind("transcribe", model, resolved.path)  # a text or image model names its task
@@ -354,7 +354,7 @@ def _threads() -> int:
     value = os.environ.get("OMP_NUM_THREADS", "")
     if value.isdigit() and int(value) > 0:
         return int(value)
-    from gpucli.devices import host_cores
+    from gpucli.models.devices import host_cores
 
     return host_cores()
 

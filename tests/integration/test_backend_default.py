@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.ledger import Ledger, made_with
-from gpucli.output import Output
+from gpucli.output.ledger import Ledger, made_with
+from gpucli.output.output import Output
 from gpucli.tasks import TaskSpec
 
 
 # --- which output is new (the rule itself, on plain data: tests/unit/test_backend_choice.py) ----------
 def test_a_qdrant_server_output_is_read_from_where_an_earlier_gpucli_kept_its_ledger(tmp_path, monkeypatch):
-    from gpucli.sinks.qdrant import state_dir as places
+    from gpucli.output.sinks.qdrant import state_dir as places
 
     monkeypatch.chdir(tmp_path)
     output = Output("qdrant://127.0.0.1:6333/docs", state_dir=str(tmp_path / "state"))
@@ -68,8 +68,8 @@ def test_auto_runs_onnx_only_for_the_model_types_whose_graph_gpucli_checks(tmp_p
                                                                             expected):
     from gpucli.tasks import create_task
 
-    monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: 0)
-    monkeypatch.setattr("gpucli.backends.onnx_available", lambda: True)
+    monkeypatch.setattr("gpucli.models.devices.visible_gpu_count", lambda: 0)
+    monkeypatch.setattr("gpucli.models.backends.onnx_available", lambda: True)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the export check memoises digests there
     task = create_task(TaskSpec("embed", _model_dir(tmp_path, model_type), {"backend": "auto"}))
     task.open()

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from gpucli.cli import app  # noqa: E402
-from gpucli.stores import retry  # noqa: E402
+from gpucli.app.cli import app  # noqa: E402
+from gpucli.inputs.stores import retry  # noqa: E402
 from tests.helpers import SAMPLE, read_rows, run_fake, run_with  # noqa: E402
 from tests.s3_server import SECRET, S3Server, use_server  # noqa: E402
 
@@ -151,7 +151,7 @@ def test_a_listing_that_fails_part_way_prunes_nothing_under_it(s3, bucket, tmp_p
 
 def test_a_listing_that_fails_on_a_later_page_prunes_nothing_under_its_prefix(s3, bucket, tmp_path, quick_retries,
                                                                              monkeypatch):
-    from gpucli.stores import listing
+    from gpucli.inputs.stores import listing
 
     out = tmp_path / "out.parquet"
     assert run_fake([f"s3://{bucket}/tree"], out, prune=True).exit_code == 0
@@ -164,8 +164,8 @@ def test_a_listing_that_fails_on_a_later_page_prunes_nothing_under_its_prefix(s3
 
 
 def test_a_dry_run_on_a_bucket_reads_no_object(s3, bucket, tmp_path, capsys):
-    from gpucli.config import RunConfig
-    from gpucli.dryrun import dry_run
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.dryrun import dry_run
     from tests.fake_task import FAKE
 
     out = tmp_path / "out.parquet"
@@ -265,8 +265,8 @@ def test_out_to_a_bucket_is_refused_with_what_to_do_instead(s3, bucket):
 
 def test_many_keys_are_listed_a_page_at_a_time(s3, tmp_path, monkeypatch):
     """A prefix is a block per page (bounded memory: a page, never the prefix), and every key once."""
-    from gpucli.stores import listing
-    from gpucli.walk import WalkFilter, WalkReport, walk_blocks
+    from gpucli.inputs.stores import listing
+    from gpucli.inputs.walk import WalkFilter, WalkReport, walk_blocks
 
     s3.put_tree("many-keys", {f"k/{i:04d}.txt": "x" for i in range(250)})
     monkeypatch.setattr(listing, "PAGE_KEYS", 40)

@@ -21,8 +21,8 @@ pytest.importorskip("gcsfs")
 pytest.importorskip("adlfs")
 pytest.importorskip("gcp_storage_emulator")
 
-from gpucli.cli import app  # noqa: E402
-from gpucli.stores import retry  # noqa: E402
+from gpucli.app.cli import app  # noqa: E402
+from gpucli.inputs.stores import retry  # noqa: E402
 from tests.fake_task import FAKE  # noqa: E402
 from tests.helpers import read_rows, run_fake, run_with, write_tree  # noqa: E402
 from tests.store_emulators import (  # noqa: E402
@@ -158,7 +158,7 @@ def test_throttling_is_retried_by_gpucli_alone_and_bounded(store, bucket, tmp_pa
 
 def test_a_listing_that_fails_on_a_later_page_prunes_nothing_under_its_prefix(store, bucket, tmp_path,
                                                                              quick_retries, monkeypatch):
-    from gpucli.stores import listing
+    from gpucli.inputs.stores import listing
 
     out, url = tmp_path / "out.parquet", f"{store.protocol}://{bucket}/tree"
     assert run_fake([url], out, prune=True).exit_code == 0
@@ -181,8 +181,8 @@ def test_a_bucket_that_does_not_exist_is_named_so(store, tmp_path, quick_retries
 
 def test_many_keys_are_listed_a_page_at_a_time(store, monkeypatch):
     """A prefix is a block per page (bounded memory: a page, never the prefix), and every key once."""
-    from gpucli.stores import listing
-    from gpucli.walk import WalkFilter, WalkReport, walk_blocks
+    from gpucli.inputs.stores import listing
+    from gpucli.inputs.walk import WalkFilter, WalkReport, walk_blocks
 
     store.put_tree(f"many-keys-{store.protocol}", {f"k/{i:04d}.txt": "x" for i in range(250)})
     monkeypatch.setattr(listing, "PAGE_KEYS", 40)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucli.records import Source
+from gpucli.core.records import Source
 from gpucli.tasks import TaskSpec, create_task
 from gpucli.tasks._chunking import text_windows, windows
 from gpucli.tasks._unknown import MAX_UNKNOWN_SHARE, Unknown

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpucli.errors import InputError, UsageError
-from gpucli.records import Source
+from gpucli.core.errors import InputError, UsageError
+from gpucli.core.records import Source
 from gpucli.tasks import TaskSpec, create_task, get_task
 from gpucli.tasks._images import Geometry, ShmBatch, ShmPool, read_batch, resize_crop, stack
 from gpucli.tasks._lite0 import LITE0, first_synonym, imagenet_labels, lite0_available
@@ -616,7 +616,7 @@ HUB_SCRIPT = textwrap.dedent(
     """
     import json, socket, sys
     import numpy as np
-    from gpucli.errors import UsageError
+    from gpucli.core.errors import UsageError
     from gpucli.tasks import TaskSpec, create_task
     import transformers  # imported before connections are counted
     connects = []
@@ -717,9 +717,9 @@ def test_pipeline_with_a_killed_worker_leaves_no_segment(tmp_path, monkeypatch):
     import threading
     import time
 
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
-    from gpucli.pool import WorkerPool
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
+    from gpucli.engines.local.pool import WorkerPool
 
     loaded = threading.Event()  # batches are sent while the model loads: kill after that
     start = WorkerPool.start

@@ -16,13 +16,13 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from gpucli import engines
-from gpucli.cli import _print_summary, app, models_table
+from gpucli.app.cli import _print_summary, app, models_table
 
 runner = CliRunner()
 
 
 def test_help_lists_the_tasks_and_does_not_import_torch():
-    code = ("import sys; from gpucli.cli import app; from typer.testing import CliRunner; "
+    code = ("import sys; from gpucli.app.cli import app; from typer.testing import CliRunner; "
             "r = CliRunner().invoke(app, ['--help']); print(r.output); "
             "r = CliRunner().invoke(app, ['embed', '--help']); print(r.output); "
             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH'); "
@@ -205,7 +205,7 @@ def test_a_debug_traceback_on_a_non_terminal_stderr_is_plain_not_boxed(tmp_path)
     script = textwrap.dedent(f"""
         import sys
         from gpucli import engines
-        from gpucli.cli import main
+        from gpucli.app.cli import main
 
         def run_engine(config):
             raise ValueError("boom")
@@ -242,7 +242,7 @@ def test_sigterm_before_the_engine_takes_over_exits_143_with_one_line(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys, time
         from gpucli import engines
-        from gpucli.cli import main
+        from gpucli.app.cli import main
 
         def run_engine(config):  # SIGTERM while the engine still imports and sets up
             os.kill(os.getpid(), signal.SIGTERM)

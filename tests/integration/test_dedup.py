@@ -1,4 +1,4 @@
-"""Identical content embedded once (issue 30, part 4; gpucli/dedup.py), end to end: copies get
+"""Identical content embedded once (issue 30, part 4; gpucli/output/dedup.py), end to end: copies get
 the original's rows under their own path with one forward pass per distinct content, in a run
 and across runs (Parquet and JSON lines), exactly once after a kill -9 and a rerun; --prune of
 the original keeps the copy, a changed copy gets its own rows; embed's --no-dedup embeds all."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.cli import app
+from gpucli.app.cli import app
 from tests.helpers import read_rows, run_fake, sigkill_after_parts
 
 pytestmark = pytest.mark.slow  # every test runs the whole pipeline, some several times
@@ -90,8 +90,8 @@ def test_a_rerun_copies_content_the_output_holds_without_a_forward_pass(tree, tm
 KILLED_RUN = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
     run(RunConfig(task="tests.fake_task:FakeTask", paths=({src!r},), out={out!r}, devices="cpu", progress="off",
                   task_options={{"sleep_ms": 30, "dedup": True}}, batch_size=4, part_rows=12, flush_s=0.2))
 """)
@@ -153,8 +153,8 @@ def test_table_records_are_deduplicated_by_their_text_each_under_its_own_id(tmp_
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
     from tests.fake_task import FAKE
 
     table, out, log = tmp_path / "t.parquet", tmp_path / "out.parquet", tmp_path / "batches.jsonl"

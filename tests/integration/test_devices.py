@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from gpucli import devices
-from gpucli.devices import cuda_build_of, resolve_devices, visible_gpu_count
+from gpucli.models import devices
+from gpucli.models.devices import cuda_build_of, resolve_devices, visible_gpu_count
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def test_counting_gpus_does_not_import_torch():
     """In a fresh process (torch not yet imported), with the driver and NVML faked in."""
     code = textwrap.dedent("""
         import sys
-        from gpucli import devices
+        from gpucli.models import devices
         devices._driver_present = lambda: True
         devices._nvml_device_count = lambda: 2
         build = devices._torch_cuda_build()

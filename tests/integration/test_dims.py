@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.cli import app
+from gpucli.app.cli import app
 from tests.helpers import write_tree
 
 pytestmark = pytest.mark.model
@@ -92,7 +92,7 @@ def _qdrant_copy(runner, tree, model, tmp_path) -> str:
 
 
 def test_dims_of_all_the_models_dims_is_no_cut_and_no_new_setting():
-    from gpucli.settings import output_settings
+    from gpucli.output.settings import output_settings
     from gpucli.tasks import TaskSpec
     from gpucli.tasks.embed import EmbedTask
 

@@ -107,7 +107,7 @@ RUNNABLE = [s for s in SHOWN if not s.illustrative]
 def _cli():
     import typer
 
-    from gpucli.cli import app
+    from gpucli.app.cli import app
 
     return typer.main.get_command(app)
 
@@ -177,7 +177,7 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
 def _in_process(argv: list[str], env: dict[str, str], cwd: Path, monkeypatch):
     from typer.testing import CliRunner
 
-    from gpucli.cli import app
+    from gpucli.app.cli import app
 
     monkeypatch.chdir(cwd)
     for key, value in env.items():

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.cli import app
-from gpucli.extract import extract
-from gpucli.records import Source
+from gpucli.app.cli import app
+from gpucli.core.records import Source
+from gpucli.inputs.extract import extract
 from gpucli.tasks import TaskSpec, create_task
 from tests.helpers import SAMPLE
 

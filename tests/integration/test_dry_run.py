@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from gpucli.config import RunConfig
-from gpucli.dryrun import dry_run
+from gpucli.core.config import RunConfig
+from gpucli.engines.dryrun import dry_run
 from tests.fake_task import FAKE
 from tests.helpers import read_rows, run_fake
 

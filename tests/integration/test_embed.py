@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.cli import app
-from gpucli.records import Source
+from gpucli.app.cli import app
+from gpucli.core.records import Source
 from gpucli.tasks import TaskSpec, create_task
 from tests.helpers import SAMPLE
 
@@ -69,7 +69,7 @@ def test_long_document_is_chunked_covering_all_text(task):
 
 
 def test_embed_sample_docs_through_the_cli(tmp_path, monkeypatch):
-    from gpucli.job import Job
+    from gpucli.engines.job import Job
 
     chosen = []  # the reader's choice, made once the workers' devices are known
     choose = Job.reader_processes
@@ -127,7 +127,7 @@ def test_chinese_sample_is_refused_by_the_english_model_unless_allowed(tmp_path)
 
 HUGE = """
 import resource, sys
-from gpucli.records import Source
+from gpucli.core.records import Source
 from gpucli.tasks import TaskSpec, create_task
 task = create_task(TaskSpec("embed", "minilm"))
 task.open()
@@ -154,7 +154,7 @@ def test_a_huge_text_is_tokenized_in_slices_with_memory_bounded_per_mb():
 
 
 def test_sliced_tokenizing_gives_the_same_windows_as_one_encode(monkeypatch):
-    from gpucli.records import Source
+    from gpucli.core.records import Source
     from gpucli.tasks import TaskSpec, _tokens, create_task
 
     task = create_task(TaskSpec("embed", "minilm"))
@@ -249,8 +249,8 @@ def test_a_cpu_host_runs_a_real_model_in_one_single_threaded_worker_per_core_and
     model of real size, and one for a toy model; the flag, or a GPU, decides otherwise."""
     import dataclasses
 
-    from gpucli.config import RunConfig
-    from gpucli.job import Job
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.job import Job
 
     task = create_task(TaskSpec("embed", "minilm"))
     task.open()
@@ -275,8 +275,8 @@ def test_a_real_model_on_the_cpu_reads_in_threads_and_a_gpu_run_in_reader_proces
     (GPUCLI_READ_PROCESSES) decides when given."""
     import dataclasses
 
-    from gpucli.config import RunConfig
-    from gpucli.job import Job
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.job import Job
 
     task = create_task(TaskSpec("embed", "minilm"))
     task.open()

@@ -18,7 +18,7 @@ import pyarrow.dataset as ds
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.cli import app
+from gpucli.app.cli import app
 from tests.helpers import SAMPLE, points
 from tests.image_text_models import (
     SENTENCES,

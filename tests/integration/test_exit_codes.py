@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucli.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED
+from gpucli.core.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED
 from tests.helpers import run_fake
 
 pytestmark = pytest.mark.slow
@@ -52,8 +52,8 @@ def test_a_tree_with_files_but_none_the_task_reads_says_so_and_leaves_nothing_be
                                                                                     out_name):
     """`transcribe docs/` found 39 files, none audio: the line says how many it saw and what the
     task reads, and no empty output is left to be mistaken for a result."""
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
     from tests.fake_task import FAKE
 
     root = tree({"a.md": "one\n", "b.pdf": "two\n", "sub/c.csv": "x\n"})
@@ -67,8 +67,8 @@ def test_a_tree_with_files_but_none_the_task_reads_says_so_and_leaves_nothing_be
 
 
 def test_an_empty_root_says_it_may_be_unmounted_and_leaves_nothing_behind(tmp_path, capsys):
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
     from tests.fake_task import FAKE
 
     empty = tmp_path / "mnt"
@@ -91,8 +91,8 @@ def test_an_existing_output_keeps_everything_when_a_rerun_finds_nothing(tree, tm
 
 
 def test_no_input_through_include_names_the_globs_that_matched_nothing(tree, tmp_path, capsys):
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
     from tests.fake_task import FAKE
 
     root = tree({"a.txt": "one\n"})

@@ -21,12 +21,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpucli import keys, tables
-from gpucli.cli import app
-from gpucli.config import RunConfig
-from gpucli.errors import UsageError
-from gpucli.pipeline import run
-from gpucli.walk import WalkReport
+from gpucli.app.cli import app
+from gpucli.core import keys
+from gpucli.core.config import RunConfig
+from gpucli.core.errors import UsageError
+from gpucli.engines.local.pipeline import run
+from gpucli.inputs import tables
+from gpucli.inputs.walk import WalkReport
 from tests.fake_task import FAKE
 from tests.helpers import read_rows
 
@@ -220,7 +221,7 @@ def test_files_and_tables_do_not_mix_in_one_output(tree, tmp_path):
 
 @pytest.mark.slow
 def test_dry_run_names_each_record_by_path_and_id(tmp_path, capsys):
-    from gpucli.dryrun import dry_run
+    from gpucli.engines.dryrun import dry_run
 
     table, out = write_table(tmp_path / "t.parquet", RECORDS), tmp_path / "out.parquet"
     run_table(table, out)
@@ -235,7 +236,7 @@ def test_dry_run_names_each_record_by_path_and_id(tmp_path, capsys):
 # --- Qdrant ----------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_qdrant_point_ids_are_uuid5_of_table_id_and_chunk_and_a_rerun_upserts_in_place(tmp_path, monkeypatch):
-    from gpucli.sinks.qdrant import NAMESPACE
+    from gpucli.output.sinks.qdrant import NAMESPACE
     from tests.helpers import points
 
     monkeypatch.chdir(tmp_path)
@@ -313,7 +314,7 @@ def test_an_empty_table_is_a_run_that_found_nothing(tmp_path):
 
 
 def test_table_options_come_from_flags_the_environment_and_the_config_file(tmp_path):
-    from gpucli.config import build_config
+    from gpucli.core.config import build_config
 
     options = _embed_task().Options
     (tmp_path / "c.toml").write_text('[embed]\nfrom_table = "f.csv"\ntext_column = "file_col"\nid_column = "key"\n')

@@ -20,8 +20,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from gpucli.errors import EXIT_USAGE, UsageError
-from gpucli.hub import (
+from gpucli.core.errors import EXIT_USAGE, UsageError
+from gpucli.models.hub import (
     PACKAGE_WEIGHTS,
     ResolvedModel,
     check_package,
@@ -178,7 +178,7 @@ def test_a_file_given_as_a_model_directory_says_it_is_a_file(tmp_path):
     ({"model_type": "something-new"}, (), "UNKNOWN"),
 ])
 def test_model_kind_reads_a_directory_without_loading_it(tmp_path, config, files, kind):
-    from gpucli.model_kind import ModelKind, model_kind
+    from gpucli.models.model_kind import ModelKind, model_kind
 
     (tmp_path / "config.json").write_text(json.dumps(config))
     for name in files:
@@ -584,7 +584,7 @@ def test_transcribe_refuses_a_cached_modelscope_model_that_asks_to_run_code(tmp_
 def test_cli_offline_and_not_cached_is_exit_2_with_the_advice_on_stderr(tmp_path, hf_home, monkeypatch):
     from typer.testing import CliRunner
 
-    from gpucli.cli import app
+    from gpucli.app.cli import app
 
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.png").write_bytes(b"")
@@ -597,7 +597,7 @@ def test_cli_offline_and_not_cached_is_exit_2_with_the_advice_on_stderr(tmp_path
 
 
 def test_cli_takes_a_revision_into_the_run_config(tmp_path, monkeypatch):
-    from gpucli.config import build_config
+    from gpucli.core.config import build_config
     from gpucli.tasks.classify import ClassifyOptions
 
     assert build_config("classify", ClassifyOptions, {"paths": (".",), "revision": "v2"}, None).revision == "v2"

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpucli.model_kind import ModelKind, model_kind
+from gpucli.models.model_kind import ModelKind, model_kind
 from tests.helpers import SAMPLE
 from tests.image_text_models import (
     SENTENCES,

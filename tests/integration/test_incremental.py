@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.errors import LockedError, UsageError
-from gpucli.lock import RunLock
+from gpucli.core.errors import LockedError, UsageError
+from gpucli.output.lock import RunLock
 from tests.helpers import read_rows, run_fake, sigkill_after_parts
 
 pytestmark = pytest.mark.slow
@@ -126,7 +126,7 @@ def test_second_concurrent_run_exits_75(tree, tmp_path):
     try:
         with pytest.raises(LockedError, match=f"pid {os.getpid()}"):
             run_fake([root], out)
-        from gpucli.cli import app
+        from gpucli.app.cli import app
 
         result = CliRunner().invoke(app, ["embed", str(root), "--out", str(out)])
         assert result.exit_code == 75 and "lock" in result.stderr
@@ -146,8 +146,8 @@ def test_stale_lock_of_a_dead_holder_is_taken_over(tree, tmp_path):
 KILLED_RUN = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
     run(RunConfig(task="tests.fake_task:FakeTask", paths=({src!r},), out={out!r}, devices="cpu", progress="off",
                   task_options={{"sleep_ms": 30}}, batch_size=4, part_rows=12, flush_s=0.2))
 """)

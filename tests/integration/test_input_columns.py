@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpucli.config import RunConfig
-from gpucli.fingerprint import digest
-from gpucli.pipeline import run
+from gpucli.core.config import RunConfig
+from gpucli.engines.local.pipeline import run
+from gpucli.output.fingerprint import digest
 from tests.fake_task import FAKE
 
 pytestmark = pytest.mark.slow  # each test runs the pipeline (spawned workers)
@@ -79,7 +79,7 @@ def test_an_output_from_before_the_columns_gains_them_without_full(tree, tmp_pat
 
 
 def test_a_run_the_ledger_refuses_leaves_an_older_output_as_it_was(tree, tmp_path):
-    from gpucli.errors import UsageError
+    from gpucli.core.errors import UsageError
 
     root = tree({"a.txt": "one two\n"})
     out = tmp_path / "out.parquet"
@@ -110,8 +110,8 @@ def test_jsonl_rows_are_written_without_pandas(tree, tmp_path):
                     raise ImportError("no pandas here")
         sys.meta_path.insert(0, NoPandas())
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-        from gpucli.config import RunConfig
-        from gpucli.pipeline import run
+        from gpucli.core.config import RunConfig
+        from gpucli.engines.local.pipeline import run
         s = run(RunConfig(task="tests.fake_task:FakeTask", paths=({str(root)!r},), out={str(out)!r},
                           progress="off", devices="cpu"))
         assert "pandas" not in sys.modules

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.cli import app
+from gpucli.app.cli import app
 
 runner = CliRunner()
 
@@ -192,7 +192,7 @@ def test_inspect_describes_a_real_run_with_a_failure(tree, tmp_path):
 
 
 def test_inspect_reads_an_embedded_qdrant_output_from_its_ledger(tmp_path):
-    from gpucli.sinks import open_sink
+    from gpucli.output.sinks import open_sink
 
     target = f"qdrant:{tmp_path / 'qdrant_data'}/docs"
     make_ledger(open_sink(target).state_dir, {"a.txt": 2, "b.txt": 3})

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpucli import leftovers
+from gpucli.core import leftovers
 from gpucli.tasks import _images
 
 SHM = Path("/dev/shm")

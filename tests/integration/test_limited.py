@@ -1,4 +1,4 @@
-"""gpucli/limited.py: calls in child processes under a time limit and a memory cap."""
+"""gpucli/inputs/limited.py: calls in child processes under a time limit and a memory cap."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from gpucli.errors import InputError
-from gpucli.limited import LimitedPool, Limits
+from gpucli.core.errors import InputError
+from gpucli.inputs.limited import LimitedPool, Limits
 
 pytestmark = pytest.mark.slow  # spawns processes
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.ledger import Ledger
+from gpucli.output.ledger import Ledger
 from tests.helpers import read_rows, run_fake
 
 pytestmark = pytest.mark.slow
@@ -94,8 +94,8 @@ def test_a_file_served_in_short_reads_is_read_whole(tmp_path, monkeypatch):
     reader keeps reading up to the size the file had when opened."""
     import os as os_module
 
-    from gpucli import reader
-    from gpucli.records import Source
+    from gpucli.core.records import Source
+    from gpucli.engines import reader
 
     path = tmp_path / "a.txt"
     path.write_bytes(b"0123456789" * 100)

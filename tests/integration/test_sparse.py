@@ -12,8 +12,8 @@ import pyarrow.dataset as ds
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.cli import app
-from gpucli.search import search
+from gpucli.app.cli import app
+from gpucli.commands.search import search
 from tests.helpers import write_tree
 
 pytestmark = pytest.mark.model

@@ -14,9 +14,9 @@ import pyarrow.dataset as ds
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.cli import app
-from gpucli.errors import UsageError
-from gpucli.records import Source
+from gpucli.app.cli import app
+from gpucli.core.errors import UsageError
+from gpucli.core.records import Source
 from gpucli.tasks import TaskSpec, create_task
 from gpucli.tasks._st_modules import (
     EmbedModelConfig,
@@ -448,7 +448,7 @@ def test_command_vectors_equal_sentence_transformers_on_every_row(tmp_path, mode
 @pytest.mark.model
 @pytest.mark.slow
 def test_search_embeds_the_query_with_the_query_prompt_the_output_recorded(tmp_path, models):
-    from gpucli.search import ParquetIndex, embed_query, search
+    from gpucli.commands.search import ParquetIndex, embed_query, search
 
     rows, meta = _cli_embed(tmp_path, models["prompts"], "--prompt", "passage")
     assert (meta["gpucli.query_prompt"], meta["gpucli.query_prompt_name"]) == ("query: ", "query")
@@ -469,7 +469,7 @@ def test_search_embeds_the_query_with_the_query_prompt_the_output_recorded(tmp_p
 
 # --- options -------------------------------------------------------------------------------------------
 def test_normalize_is_unset_unless_given_by_flag_environment_or_config():
-    from gpucli.config import build_config
+    from gpucli.core.config import build_config
     from gpucli.tasks.embed import EmbedOptions
 
     assert EmbedOptions().normalize is None

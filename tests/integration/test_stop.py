@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.errors import WorkerSetupError
+from gpucli.core.errors import WorkerSetupError
 from tests.helpers import run_fake
 
 pytestmark = pytest.mark.slow
@@ -22,8 +22,8 @@ ROOT = str(Path(__file__).resolve().parents[2])
 SCRIPT = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
     s = run(RunConfig(task="tests.fake_task:FakeTask", paths=({src!r},), out={out!r}, devices="cpu",
                       progress="plain", task_options={options!r}, batch_size=4, workers_per_device=2))
     print("SUMMARY", s.exit_code, s.succeeded, s.unfinished, flush=True)
@@ -83,7 +83,7 @@ def test_a_child_started_with_the_stop_signals_held_ignores_a_group_signal_befor
     import contextlib
     import multiprocessing as mp
 
-    from gpucli.signals import held_from_children
+    from gpucli.core.signals import held_from_children
 
     marker = tmp_path / "importing"
     monkeypatch.setenv("GPUCLI_TEST_IMPORTING", str(marker))
@@ -155,8 +155,8 @@ def script_source(script: str) -> str:
 def test_a_large_file_that_kills_its_reader_twice_becomes_a_failure_record(tree, tmp_path, monkeypatch):
     """Issue 13, item 12: large inputs are in the ledger while they are prepared; one that took
     its reader down twice is a failure record on the next run, and the rest goes through."""
-    from gpucli import reader
-    from gpucli.errors import RunFailedError
+    from gpucli.core.errors import RunFailedError
+    from gpucli.engines import reader
 
     monkeypatch.setattr(reader, "LARGE_INPUT_BYTES", 10)  # every test file counts as large
     root = tree({"bad.txt": "DIE_IN_PREPARE here\n", **{f"ok{i}.txt": f"fine line {i}\n" for i in range(5)}})
@@ -177,7 +177,7 @@ def test_a_first_stop_inside_a_held_step_waits_for_its_end_and_a_second_stops_at
     """Ray's driver stops by a KeyboardInterrupt: it takes what came back and writes parts in
     held steps, so a Ctrl-C never falls between a part written and a part counted, and the
     run's second Ctrl-C still gets the user out at once, wherever it lands."""
-    from gpucli.signals import DriverStops
+    from gpucli.core.signals import DriverStops
 
     def stop(sig=signal.SIGINT):
         os.kill(os.getpid(), sig)
@@ -220,7 +220,7 @@ def test_a_first_stop_inside_a_held_step_waits_for_its_end_and_a_second_stops_at
 def test_the_stop_line_on_a_broken_stderr_does_not_cut_the_step(monkeypatch):
     """`2>&1 | tee log`: the same Ctrl-C ends tee, and the line about the stop meets a broken
     pipe; the step still ends whole, then the stop is raised."""
-    from gpucli import signals
+    from gpucli.core import signals
 
     def broken(fd, data):
         raise BrokenPipeError(32, "Broken pipe")
@@ -239,7 +239,7 @@ def test_the_stop_line_on_a_broken_stderr_does_not_cut_the_step(monkeypatch):
 def test_the_handlers_come_back_also_when_a_stop_lands_between_two_of_them(monkeypatch):
     """`_restore` puts each stop signal's handler back even when the first one's restore is cut
     short by a KeyboardInterrupt (a stop landing right there)."""
-    from gpucli import signals
+    from gpucli.core import signals
 
     before = {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS}
     for sig in signals.STOP_SIGNALS:
@@ -265,8 +265,8 @@ def test_a_second_sigterm_that_ends_a_stopping_run_at_once_exits_143_not_130():
     Ctrl-C: 130)."""
     import typer
 
-    from gpucli.cli import _exit_codes
-    from gpucli.signals import DriverStops
+    from gpucli.app.cli import _exit_codes
+    from gpucli.core.signals import DriverStops
 
     stops = DriverStops()
     with stops.installed():
@@ -290,7 +290,7 @@ def test_the_runs_own_wake_is_held_like_a_stop_but_is_no_users_stop(capfd):
     interrupting the main thread: inside a step it waits for the step's end like a stop, but
     it prints no "press Ctrl-C again" line and sets no exit code, and the user's Ctrl-C after
     it is still a first stop."""
-    from gpucli.signals import DriverStops
+    from gpucli.core.signals import DriverStops
 
     stops, steps = DriverStops(), []
     with stops.installed():
@@ -330,7 +330,7 @@ def test_the_runs_own_wake_is_held_like_a_stop_but_is_no_users_stop(capfd):
 def test_nested_installs_keep_the_run_handler_and_the_outermost_gives_back_the_one_from_before():
     """An inner installed() puts the run's handler in again over one installed meanwhile (ray.init's)
     and leaves it in; only the outermost gives back what was there before the run."""
-    from gpucli.signals import STOP_SIGNALS, DriverStops
+    from gpucli.core.signals import STOP_SIGNALS, DriverStops
 
     def before(signum, frame):
         pass

@@ -59,9 +59,9 @@ def assert_fits(lines: list[str]) -> None:
 
 RUN = textwrap.dedent("""
     import sys
-    from gpucli.cli import _print_summary
-    from gpucli.config import RunConfig
-    from gpucli.pipeline import run
+    from gpucli.app.cli import _print_summary
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
     from tests.fake_task import FAKE
 
     if __name__ == "__main__":
@@ -120,7 +120,7 @@ def test_models_fits_80_columns_and_no_alias_is_cut(tmp_path):
 
 
 SEARCH = textwrap.dedent("""
-    from gpucli.search import Hit, SearchResult, render
+    from gpucli.commands.search import Hit, SearchResult, render
 
     if __name__ == "__main__":
         text = ("Origami is the art of paper folding, which is often associated with Japanese culture; the goal "

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpucli.errors import InputError, UsageError
-from gpucli.records import Item, Source
+from gpucli.core.errors import InputError, UsageError
+from gpucli.core.records import Item, Source
 from gpucli.tasks import TaskSpec, _audio, create_task, get_task
 from gpucli.tasks.transcribe import FUNASR, WHISPER, TranscribeTask, _compute_type, resolve_backend
 
@@ -451,7 +451,7 @@ FUNASR_SCRIPT = TINY_PARAFORMER + textwrap.dedent('''
     model = tables.model_classes["Paraformer"](**{**conf, **conf["model_conf"], "vocab_size": len(tokens)})
     torch.save(model.state_dict(), os.path.join(model_dir, "model.pt"))
 
-    from gpucli.records import Source
+    from gpucli.core.records import Source
     from gpucli.tasks import TaskSpec, create_task
 
     task = create_task(TaskSpec("transcribe", model_dir, {"max_chunk_s": 30}))
@@ -629,7 +629,7 @@ def test_funasr_checkpoint_holding_a_pickled_object_is_refused_by_weights_only(t
 
 @pytest.mark.model
 def test_cli_end_to_end(tmp_path):
-    pytest.importorskip("gpucli.pipeline")
+    pytest.importorskip("gpucli.engines.local.pipeline")
     pairs = samples()
     root = tmp_path / "in"
     (root / "sub").mkdir(parents=True)

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpucli.cli import app
-from gpucli.search import search
-from gpucli.vectors import INT8_KEY, LEDGER_KEY
+from gpucli.app.cli import app
+from gpucli.commands.search import search
+from gpucli.core.vectors import INT8_KEY, LEDGER_KEY
 from tests.helpers import write_tree
 
 pytestmark = pytest.mark.model
@@ -41,7 +41,7 @@ def embed(tree, out, *args) -> object:
 def queries_embedded_once(monkeypatch):
     """The real query vectors, each embedded once for the module (loading the model per search cost
     ~1 s a query)."""
-    import gpucli.search as searching
+    import gpucli.commands.search as searching
 
     real = searching.embed_queries
     monkeypatch.setattr(searching, "embed_queries", lambda model, queries, prompt=None, dims=0: [

@@ -1,4 +1,4 @@
-"""The accounting both engines share (gpucli/accounts.py), without processes or models: results
+"""The accounting both engines share (gpucli/output/accounts.py), without processes or models: results
 in, rows of complete inputs out, each input exactly once as rows or one failure record, and
 the commit step (the sink first, then the ledger) that the local writer and the Ray driver use."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucli.accounts import Committed
-from gpucli.decision import Status
-from gpucli.reader import ReadChunk
-from gpucli.records import Failure
+from gpucli.core.decision import Status
+from gpucli.core.records import Failure
+from gpucli.engines.reader import ReadChunk
+from gpucli.output.accounts import Committed
 from tests.helpers import block, make_accounts, outputs, sources
 
 

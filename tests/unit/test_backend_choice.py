@@ -1,4 +1,4 @@
-"""The backend choice (gpucli.backends.choice), on plain data: which `--backend` an output runs
+"""The backend choice (gpucli.models.backends.choice), on plain data: which `--backend` an output runs
 (`backend_default`: issue 15) and which runtime that means on this host for this model
 (`choose_backend`: issue 16). Each rule of their docstrings is a test here; no process, no model,
 and the host's facts are arguments, not patches."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpucli.backends.choice import Host, backend_default, choose_backend
-from gpucli.config import RunConfig, build_config
-from gpucli.errors import UsageError
+from gpucli.core.config import RunConfig, build_config
+from gpucli.core.errors import UsageError
+from gpucli.models.backends.choice import Host, backend_default, choose_backend
 from gpucli.tasks import TaskSpec, get_task
 
 EMBED = get_task("embed")
@@ -151,7 +151,7 @@ def test_a_given_backend_is_never_replaced_but_auto_still_keeps_the_outputs_runt
 def test_an_output_auto_made_on_onnx_is_not_continued_where_a_gpu_may_run_it(monkeypatch, engine, devices, gpus,
                                                                                refused):
     if gpus:  # this machine has none to show: the device count is the one thing faked
-        monkeypatch.setattr("gpucli.devices.visible_gpu_count", lambda: gpus)
+        monkeypatch.setattr("gpucli.models.devices.visible_gpu_count", lambda: gpus)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the public way to hide a host's GPUs
     stored = {"options": {"backend": "auto"}, "info": {"gpucli.runtime": "onnx"}}

@@ -1,5 +1,5 @@
-"""Batches are cut from blocks of items (gpucli/batching.py), and travel as columns
-(gpucli/records.py): pure functions, no processes."""
+"""Batches are cut from blocks of items (gpucli/engines/batching.py), and travel as columns
+(gpucli/core/records.py): pure functions, no processes."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucli.batching import END, BatchCaps, Batcher, BlockQueue, Windows, cut_points, even_tail, sort_by_cost
-from gpucli.config import RunConfig
-from gpucli.records import Items, Ragged
+from gpucli.core.config import RunConfig
+from gpucli.core.records import Items, Ragged
+from gpucli.engines.batching import END, BatchCaps, Batcher, BlockQueue, Windows, cut_points, even_tail, sort_by_cost
 
 
 def block(costs, source=0, start=0) -> Items:
@@ -223,7 +223,7 @@ def test_a_block_queue_is_bounded_by_items_but_always_takes_one_block():
 
 
 def test_cpu_runs_use_the_tasks_cpu_batch_size_and_flags_still_win():
-    from gpucli.job import batch_caps
+    from gpucli.engines.job import batch_caps
     from gpucli.tasks.embed import EmbedTask
 
     config = RunConfig(task="embed", paths=("x",))

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpucli.config import build_config
-from gpucli.errors import UsageError
+from gpucli.core.config import build_config
+from gpucli.core.errors import UsageError
 from gpucli.tasks.embed import EmbedOptions
 
 
@@ -62,7 +62,7 @@ def test_a_toml_value_of_another_type_than_its_option_is_exit_2(tmp_path, line, 
 
 
 def test_a_config_key_typo_says_did_you_mean(tmp_path):
-    from gpucli.config import build_config
+    from gpucli.core.config import build_config
 
     config = tmp_path / "run.toml"
     config.write_text("batchsize = 3\n")
@@ -72,7 +72,7 @@ def test_a_config_key_typo_says_did_you_mean(tmp_path):
 
 
 def test_a_gpucli_variable_typo_says_did_you_mean_and_others_are_left_alone():
-    from gpucli.config import build_config
+    from gpucli.core.config import build_config
 
     with pytest.raises(UsageError, match="GPUCLI_BATCHSIZE is not an option; did you mean GPUCLI_BATCH_SIZE"):
         build_config("embed", EmbedOptions, {"paths": (".",)}, None, environ={"GPUCLI_BATCHSIZE": "3"})

@@ -1,4 +1,4 @@
-"""Identical content embedded once (gpucli/dedup.py), without processes or models: copies of an
+"""Identical content embedded once (gpucli/output/dedup.py), without processes or models: copies of an
 input in flight wait for its rows and get them in its part, or its failure record; rows the
 output holds are read back; copies are committed like any input and counted as deduplicated."""
 
@@ -8,9 +8,9 @@ import dataclasses
 
 import pyarrow as pa
 
-from gpucli.decision import Status
-from gpucli.dedup import MAX_WAITING, FromOutput, InRun, enabled
-from gpucli.reader import ReadChunk
+from gpucli.core.decision import Status
+from gpucli.engines.reader import ReadChunk
+from gpucli.output.dedup import MAX_WAITING, FromOutput, InRun, enabled
 from tests.helpers import block, make_accounts, outputs, sources
 
 

@@ -1,4 +1,4 @@
-"""Digests remembered by a file's identity (gpucli/digests.py, issue 34): a worker need not hash
+"""Digests remembered by a file's identity (gpucli/models/digests.py, issue 34): a worker need not hash
 90 MB at every start, and a changed file is never taken for the one that was hashed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import hashlib
 import os
 import time
 
-from gpucli import digests
+from gpucli.models import digests
 
 
 def old(path, seconds: float = 60.0) -> None:

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from gpucli.errors import UsageError
+from gpucli.core.errors import UsageError
 from gpucli.tasks._dims import checked_dims, dims_info, matryoshka_sign, truncated
 
 

@@ -1,7 +1,7 @@
-"""gpucli.extract: each format from a real file made by a real writer, and the bad documents.
+"""gpucli.inputs.extract: each format from a real file made by a real writer, and the bad documents.
 
 No processes, no models: every document is written in memory (or under tmp_path) by the
-library people make such files with, and read back through gpucli.extract.
+library people make such files with, and read back through gpucli.inputs.extract.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.errors import InputError
-from gpucli.extract import FORMATS, Document, Format, extract, extractor_versions, format_for, suffixes
-from gpucli.extract._zip import MAX_UNCOMPRESSED
+from gpucli.core.errors import InputError
+from gpucli.inputs.extract import FORMATS, Document, Format, extract, extractor_versions, format_for, suffixes
+from gpucli.inputs.extract._zip import MAX_UNCOMPRESSED
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "docs"
 NAMES = ["pdf", "docx", "pptx", "odt", "odp", "epub", "html", "xml", "rtf", "ipynb", "eml"]
@@ -61,11 +61,11 @@ def test_format_for_goes_by_suffix_in_any_case_and_plain_text_is_none():
 
 
 def test_the_package_imports_only_the_standard_library_at_module_level():
-    tree = ast.parse((Path(__file__).parents[2] / "gpucli" / "extract" / "__init__.py").read_text())
+    tree = ast.parse((Path(__file__).parents[2] / "gpucli" / "inputs" / "extract" / "__init__.py").read_text())
     imported = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
     stdlib_roots = set(sys.stdlib_module_names) | {"__future__"}
-    assert {name for name in imported if name.split(".")[0] not in stdlib_roots} == {"gpucli.errors"}
+    assert {name for name in imported if name.split(".")[0] not in stdlib_roots} == {"gpucli.core.errors"}
 
 
 def test_extractor_versions_name_the_library_and_its_version_for_each_format():

@@ -1,4 +1,4 @@
-"""The input key (gpucli/keys.py) and the decision per input (gpucli/decision.py): the rules
+"""The input key (gpucli/core/keys.py) and the decision per input (gpucli/core/decision.py): the rules
 the reader, the Ray driver, `--dry-run`, the ledger and the sinks share, on plain data."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from gpucli.decision import Action, Known, Status, decide
-from gpucli.keys import REPEAT, InputKey, record_key, row_key, row_keys, shown, split_key, with_path
-from gpucli.records import Failure, Source
+from gpucli.core.decision import Action, Known, Status, decide
+from gpucli.core.keys import REPEAT, InputKey, record_key, row_key, row_keys, shown, split_key, with_path
+from gpucli.core.records import Failure, Source
 
 
 @pytest.mark.parametrize("key,path,record_id", [

@@ -1,4 +1,4 @@
-"""Which entries of a walked directory are gpucli's own outputs (gpucli/own_outputs.py): they are
+"""Which entries of a walked directory are gpucli's own outputs (gpucli/inputs/own_outputs.py): they are
 not inputs, in the layout gpucli writes now and in the one earlier versions wrote."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from gpucli.own_outputs import is_output_dir, outputs_among
+from gpucli.inputs.own_outputs import is_output_dir, outputs_among
 
 
 def entries(directory: Path) -> list[os.DirEntry]:

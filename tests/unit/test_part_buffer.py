@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpucli.decision import Status
-from gpucli.parts import PartBuffer
+from gpucli.core.decision import Status
+from gpucli.output.parts import PartBuffer
 
 OPEN, COMPLETE, FAILED = Status.OPEN, Status.COMPLETE, Status.FAILED
 

@@ -1,5 +1,5 @@
-"""The pool's decisions on plain data (gpucli/dispatch.py, gpucli/watchdog.py), and how it turns
-worker messages into the run's events (gpucli/pool.py): no processes are spawned."""
+"""The pool's decisions on plain data (gpucli/engines/local/in_flight.py, gpucli/engines/local/watchdog.py), and how it turns
+worker messages into the run's events (gpucli/engines/local/pool.py): no processes are spawned."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import types
 
 import numpy as np
 
-from gpucli.dispatch import Dispatch, InFlight, blame_order, free_worker
-from gpucli.pool import WorkerPool
-from gpucli.pool_events import BatchDone, BatchesDone, BatchFailed, OutOfMemory, PoolLog
-from gpucli.pool_lifecycle import Worker
-from gpucli.records import Batch, Failed, FailureKind, Items, Ready, Result, SetupFailed, Started
+from gpucli.core.records import Batch, Failed, FailureKind, Items, Ready, Result, SetupFailed, Started
+from gpucli.engines.local.events import BatchDone, BatchesDone, BatchFailed, OutOfMemory, PoolLog
+from gpucli.engines.local.in_flight import Dispatch, InFlight, blame_order, free_worker
+from gpucli.engines.local.pool import WorkerPool
+from gpucli.engines.local.processes import Worker
+from gpucli.engines.local.watchdog import Timeouts, overdue
 from gpucli.tasks import TaskSpec, create_task
-from gpucli.watchdog import Timeouts, overdue
 
 
 def items(n: int = 1) -> Items:

@@ -8,7 +8,7 @@ import re
 
 from rich.console import Console
 
-from gpucli.progress import (
+from gpucli.core.progress import (
     Counts,
     PlainProgress,
     Progress,

@@ -10,8 +10,8 @@ import threading
 import numpy as np
 import pytest
 
-from gpucli.decision import Status
-from gpucli.walk import WalkFilter, count_inputs, walk_blocks
+from gpucli.core.decision import Status
+from gpucli.inputs.walk import WalkFilter, count_inputs, walk_blocks
 from tests.helpers import block, make_accounts, outputs, sources, unlistable
 
 TXT = WalkFilter((".txt",))
@@ -116,14 +116,14 @@ def test_the_job_s_count_ahead_is_within_limit_and_only_when_progress_shows(tree
     import time
     from types import SimpleNamespace
 
-    import gpucli.job
-    from gpucli.config import RunConfig
-    from gpucli.job import Job
-    from gpucli.progress import PlainProgress, Progress
+    import gpucli.engines.job
+    from gpucli.core.config import RunConfig
+    from gpucli.core.progress import PlainProgress, Progress
+    from gpucli.engines.job import Job
     from tests.fake_task import FAKE
 
     calls = []
-    monkeypatch.setattr(gpucli.job, "count_inputs", lambda *a: calls.append(a) or gpucli.walk.count_inputs(*a))
+    monkeypatch.setattr(gpucli.engines.job, "count_inputs", lambda *a: calls.append(a) or gpucli.inputs.walk.count_inputs(*a))
     root = tree({f"f{i}.txt": "x" for i in range(6)})
     for progress, shown in ((Progress("fake"), False), (PlainProgress("fake", stream=io.StringIO()), True)):
         calls.clear()

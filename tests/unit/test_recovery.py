@@ -1,4 +1,4 @@
-"""The recovery policy's decisions (gpucli/recovery.py), as plain unit tests: no processes."""
+"""The recovery policy's decisions (gpucli/engines/recovery.py), as plain unit tests: no processes."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import itertools
 
 import numpy as np
 
-from gpucli import recovery
-from gpucli.batching import BatchCaps
-from gpucli.records import Batch, FailureKind, Items, Ragged
+from gpucli.core.records import Batch, FailureKind, Items, Ragged
+from gpucli.engines import recovery
+from gpucli.engines.batching import BatchCaps
 
 
 def batch(n: int, attempts: int = 0, batch_id: int = 1) -> Batch:

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpucli.records import Ragged
+from gpucli.core.records import Ragged
 from gpucli.tasks import _sparse
 from gpucli.tasks._sparse import Terms
 

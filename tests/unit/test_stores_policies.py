@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from gpucli.decision import Action, Known, Status, decide
-from gpucli.errors import UsageError
-from gpucli.records import Source
-from gpucli.stores import retry
-from gpucli.stores.retry import ErrorKind, GaveUp, RetryPolicy, classify, reason, retrying
-from gpucli.stores.url import StoreUrl, common_root, is_url, redact, relative
+from gpucli.core.decision import Action, Known, Status, decide
+from gpucli.core.errors import UsageError
+from gpucli.core.records import Source
+from gpucli.inputs.stores import retry
+from gpucli.inputs.stores.retry import ErrorKind, GaveUp, RetryPolicy, classify, reason, retrying
+from gpucli.inputs.stores.url import StoreUrl, common_root, is_url, redact, relative
 
 
 class ClientError(Exception):
@@ -32,8 +32,8 @@ class ClientPayloadError(Exception):
 def test_urls_are_told_from_local_paths_without_fsspec():
     assert is_url("s3://b/p") and is_url("gs://b") and is_url("abfs://c/p")
     assert not is_url("/data/s3://odd") and not is_url("docs") and not is_url("./a://b")
-    out = subprocess.run([sys.executable, "-c", "import gpucli.walk, gpucli.reader, sys; "
-                          "print('fsspec' in sys.modules, 'gpucli.stores.listing' in sys.modules)"],
+    out = subprocess.run([sys.executable, "-c", "import gpucli.inputs.walk, gpucli.engines.reader, sys; "
+                          "print('fsspec' in sys.modules, 'gpucli.inputs.stores.listing' in sys.modules)"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"], "the local path imports no fsspec"
 
@@ -145,7 +145,7 @@ def test_an_object_is_unchanged_only_with_the_same_size_mtime_and_etag():
 def test_a_ledger_from_before_buckets_gets_the_version_column_and_keeps_its_decisions(tmp_path):
     import sqlite3
 
-    from gpucli.ledger import Ledger
+    from gpucli.output.ledger import Ledger
 
     db = sqlite3.connect(tmp_path / "ledger.sqlite")
     db.execute("create table files (path text primary key, size integer, mtime_ns integer, digest text, "
@@ -191,8 +191,8 @@ def test_a_listing_of_many_keys_holds_a_page_not_the_prefix(monkeypatch):
     pytest.importorskip("fsspec")
     import tracemalloc
 
-    from gpucli.stores import filesystems, listing
-    from gpucli.walk import WalkFilter, WalkReport
+    from gpucli.inputs.stores import filesystems, listing
+    from gpucli.inputs.walk import WalkFilter, WalkReport
 
     store = PagedStore(100_000)
     monkeypatch.setattr(filesystems, "filesystem", lambda protocol: store)

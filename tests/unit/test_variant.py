@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpucli import hub
+from gpucli.models import hub
 from gpucli.tasks import TaskSpec
 from gpucli.tasks.embed import EmbedTask
 

@@ -1,4 +1,4 @@
-"""gpucli/vectors.py: each stored type's encoding and its reading back, no processes, no model."""
+"""gpucli/core/vectors.py: each stored type's encoding and its reading back, no processes, no model."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpucli.vectors import (
+from gpucli.core.vectors import (
     INT8_KEY,
     LEDGER_KEY,
     Int8Scale,
@@ -184,7 +184,7 @@ def test_qdrant_params_make_a_collection_that_reports_its_type_back(vector_type)
 
     from qdrant_client import models
 
-    from gpucli.sinks.qdrant.vector_types import params, search_params, stored_type
+    from gpucli.output.sinks.qdrant.vector_types import params, search_params, stored_type
 
     vectors = models.VectorParams(size=8, distance=models.Distance.COSINE, **params(vector_type))
     info = SimpleNamespace(config=SimpleNamespace(params=SimpleNamespace(vectors=vectors), quantization_config=None))

@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-from gpucli.reader import read_chunk
-from gpucli.records import Item, Source
+from gpucli.core.records import Item, Source
+from gpucli.engines.reader import read_chunk
+from gpucli.inputs.walk import WalkFilter, WalkReport, walk
 from gpucli.tasks import Task, TaskSpec
-from gpucli.walk import WalkFilter, WalkReport, walk
 from tests.helpers import unlistable
 
 TXT = WalkFilter((".txt",))
@@ -230,7 +230,7 @@ def test_the_walk_comes_in_bounded_blocks_numbered_in_order(tmp_path, monkeypatc
     """Blocks of a directory's entries (never more than WALK_BLOCK at once, however large the
     directory), failure records in place, sources numbered 0, 1, 2, ... in walk order: the
     same inputs, in the same order, as one at a time."""
-    import gpucli.walk as walk_module
+    import gpucli.inputs.walk as walk_module
 
     monkeypatch.setattr(walk_module, "WALK_BLOCK", 7)
     for d in ("a", "b"):

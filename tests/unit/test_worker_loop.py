@@ -1,4 +1,4 @@
-"""The worker's loop (gpucli/worker.py) driven without a process: a Pipe made of two
+"""The worker's loop (gpucli/engines/local/worker.py) driven without a process: a Pipe made of two
 `queue.Queue`s, a fake task, and the stop sentinel (LitServe's test_batched_loop)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpucli.records import Failed, FailureKind, Ready, Result, SetupFailed, Started, Work
-from gpucli.worker import STOP, run_loop, set_up
+from gpucli.core.records import Failed, FailureKind, Ready, Result, SetupFailed, Started, Work
+from gpucli.engines.local.worker import STOP, run_loop, set_up
 
 HANG_GUARD_S = 30.0  # a broken loop fails the test instead of hanging it; no timing is asserted
 

@@ -1,4 +1,4 @@
-"""The worker process's own settings (gpucli/worker.py). How many page faults the allocator
+"""The worker process's own settings (gpucli/engines/local/worker.py). How many page faults the allocator
 setting saves is measured, not asserted: benchmarks/page_faults.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 
 def test_worker_openmp_threads_sleep_after_a_region_unless_the_user_says_otherwise(monkeypatch):
     """Spinning OpenMP threads starved the parent's readers on shared cores (110 s against 23.6 s)."""
-    from gpucli.worker import limit_threads
+    from gpucli.engines.local.worker import limit_threads
 
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
         monkeypatch.setenv(var, "")  # restored after the test: limit_threads writes them

@@ -1,4 +1,4 @@
-"""The writer (gpucli/writer.py) against a fake sink, on an event loop without processes: parts
+"""The writer (gpucli/output/writer.py) against a fake sink, on an event loop without processes: parts
 of complete inputs are written in the writer's thread, in order, once a part's worth waits or
 on close, and counted only when durable."""
 
@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 
-from gpucli.writer import Writer, part_due
+from gpucli.output.writer import Writer, part_due
 from tests.helpers import block, make_accounts, outputs, sources
 
 

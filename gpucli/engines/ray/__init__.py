@@ -1,4 +1,4 @@
-"""`--engine ray`: the same tasks, sinks and core (`gpucli.job`, `gpucli.accounts`) on Ray Data.
+"""`--engine ray`: the same tasks, sinks and core (`gpucli.engines.job`, `gpucli.output.accounts`) on Ray Data.
 
     connection.py  join a cluster or start a private local Ray; Ray Data settings and retries
     planning.py    how many actors, with what resources

@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from gpucli.batching import BatchCaps, Windows, cut_points
-from gpucli.decision import Known, Status
-from gpucli.reader import read_chunk
-from gpucli.records import Batch, Failed, FailureKind, Result, SetupFailed, Source
-from gpucli.recovery import Fail, OomHistory, after_error, after_oom
+from gpucli.core.decision import Known, Status
+from gpucli.core.records import Batch, Failed, FailureKind, Result, SetupFailed, Source
+from gpucli.engines.batching import BatchCaps, Windows, cut_points
+from gpucli.engines.local.worker import describe_error, predict_one, set_up
+from gpucli.engines.reader import read_chunk
+from gpucli.engines.recovery import Fail, OomHistory, after_error, after_oom
 from gpucli.tasks import TaskSpec, create_task
-from gpucli.worker import describe_error, predict_one, set_up
 
 from .connection import cores, retries
 from .planning import READ_CPUS, READER_ACTOR_CPUS, Plan, chunks_per_call

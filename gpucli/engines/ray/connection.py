@@ -11,8 +11,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gpucli import leftovers
-from gpucli.errors import RunFailedError, UsageError
+from gpucli.core import leftovers
+from gpucli.core.errors import RunFailedError, UsageError
 
 LOCAL_OBJECT_STORE_BYTES = 512 * 2**20  # a private local Ray; blocks of files are small
 RETRIES = 1  # a call whose actor died is retried once (on a new actor) before its block is dropped
@@ -191,7 +191,7 @@ def first_line(exc: BaseException) -> str:
 
 
 def cores() -> int:
-    from gpucli.devices import host_cores
+    from gpucli.models.devices import host_cores
 
     return host_cores()
 

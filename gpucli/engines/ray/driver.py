@@ -25,17 +25,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpucli.config import RunConfig
-from gpucli.decision import Action, decide
-from gpucli.errors import OutputError, RunFailedError, WorkerSetupError
-from gpucli.job import Job
-from gpucli.progress import Counts, Progress
-from gpucli.reader import ReadChunk
-from gpucli.records import Failure, Source
-from gpucli.signals import DriverStops
-from gpucli.summary import RunSummary
-from gpucli.walk import Found
-from gpucli.writer import part_due
+from gpucli.core.config import RunConfig
+from gpucli.core.decision import Action, decide
+from gpucli.core.errors import OutputError, RunFailedError, WorkerSetupError
+from gpucli.core.progress import Counts, Progress
+from gpucli.core.records import Failure, Source
+from gpucli.core.signals import DriverStops
+from gpucli.core.summary import RunSummary
+from gpucli.engines.job import Job
+from gpucli.engines.reader import ReadChunk
+from gpucli.inputs.walk import Found
+from gpucli.output.writer import part_due
 
 from .actors import RowKind, dataset, source_row
 from .connection import connect, data_context, first_line, joined, nothing

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpucli.config import RunConfig
-from gpucli.errors import UsageError
+from gpucli.core.config import RunConfig
+from gpucli.core.errors import UsageError
 
 READ_CPUS = 0.5  # per reader actor: reading and tokenising leave room for the predictors
 # ...left free in the plan, but not asked of Ray: a reader actor that asks for CPU cannot be

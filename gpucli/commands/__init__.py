@@ -1,0 +1,1 @@
+"""Commands beside the tasks that read an output: search and inspect."""

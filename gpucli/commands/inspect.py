@@ -1,0 +1,269 @@
+"""`gpucli inspect OUT`: what an output holds and how it was made, without touching it.
+
+Read from two places a run leaves behind:
+* the metadata: for Parquet, the `gpucli.*` keys of the newest part's schema (only its footer
+  is read); for JSON lines and Qdrant, the `info` the ledger stored with its settings (a
+  Qdrant storage is never opened: a run holds its lock, and the ledger knows what it wrote);
+* the ledger, in the sink's state directory (`Sink.state_dir`: beside a Parquet dataset
+  directory, a JSON lines file or an embedded Qdrant storage, per user for a Qdrant server; or
+  where an earlier gpucli kept it, until a run moves it: gpucli/output/state_dir.py): inputs done and
+  failed, rows, the time of the last change.
+
+Each task's own settings are shown (embed: dims, pooling, prompt; classify: classes, top-k;
+transcribe: language, VAD, beam), not one task's fields for all.
+
+The ledger is read through gpucli/output/ledger_view.py (read-only, nothing created) and the run lock
+is never taken: inspecting an output that a cron run is writing neither blocks the run nor is
+blocked by it. A path that is none of these is a usage error (exit 2) that says what it expected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpucli.core.decision import Status
+from gpucli.core.errors import OutputError, UsageError
+from gpucli.output.ledger_view import ReadOnlyLedger
+from gpucli.output.state_dir import LEDGER, ledger_dir
+
+PART = re.compile(r"^part-\d+\.parquet$")
+# The metadata keys (gpucli. dropped) that `gpucli inspect` prints per task, when set; a task not
+# listed gets every key that is not common to all.
+TASK_KEYS = {
+    "embed": ("dims", "full_dims", "vector_type", "sparse", "modality", "model_type", "pooling", "normalize", "prompt",
+              "prompt_name", "query_prompt", "query_prompt_name", "max_tokens", "runtime", "quantize"),
+    "classify": ("backend", "num_classes", "top_k", "input_size", "image_processor", "runtime"),
+    "transcribe": ("backend", "language", "vad", "beam_size"),
+}
+COMMON_KEYS = ("model", "task", "version", "model_path", "model_source", "model_package", "model_repo",
+               "model_revision", "extractors", "root")
+
+
+@dataclass
+class Report:
+    out: str
+    format: str  # "parquet" | "jsonl" | "qdrant"
+    task: str = ""
+    model: str = ""
+    dims: int | None = None
+    pooling: str | None = None
+    prompt: str | None = None
+    rows: int | None = None
+    parts: int | None = None  # Parquet only
+    inputs_done: int = 0
+    inputs_failed: int = 0  # failed in the ledger, waiting for a retry
+    failures: int | None = None  # records in the failures file (None: no such file)
+    failures_file: str = ""
+    last_run: str | None = None  # ISO time of the last run: the ledger's last change, or the failures file's
+    gpucli_version: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)  # every gpucli.* key, prefix dropped
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where an output's pieces are."""
+
+    out: Path
+    format: str
+    ledger: Path
+    failures: Path
+
+
+def inspect_output(where: str) -> Report:
+    layout = locate(where)
+    ledger = _open_ledger(layout.ledger)
+    try:
+        settings = _settings(ledger)
+        report = Report(str(layout.out), layout.format, failures_file=str(layout.failures.absolute()))
+        metadata = _metadata(layout, settings)
+        _describe(report, metadata, settings)
+        _count_ledger(report, ledger, layout)
+    except sqlite3.Error as exc:  # a ledger that a run is writing over this read, or damaged past its header
+        raise UsageError(f"{layout.ledger}: cannot read this ledger ({type(exc).__name__}: {exc})") from None
+    finally:
+        ledger.close()
+    _count_failures(report, layout.failures)
+    return report
+
+
+def locate(where: str) -> Layout:
+    """The output's layout, from the sink that writes it (so its ledger is where runs keep it),
+    or a UsageError naming what a gpucli output looks like."""
+    from gpucli.output.sinks import open_sink
+    from gpucli.output.sinks.qdrant import is_qdrant
+
+    qdrant = is_qdrant(where)
+    path = Path(where)
+    if not qdrant and not path.exists():
+        raise UsageError(f"{where}: no such file or directory")
+    try:
+        sink = open_sink(where)  # builds paths only: no connection, no file touched
+    except UsageError:
+        sink = None  # a directory or file not named as gpucli names outputs: where 0.1 kept the ledger
+    fmt = "qdrant" if qdrant else "parquet" if path.is_dir() else "jsonl"
+    layout = _layout(path, fmt, sink)
+    if not layout.ledger.is_file():
+        raise UsageError(f"{where}: not a gpucli output (no ledger at {layout.ledger}); give the --out of a "
+                         "gpucli run: DIR.parquet, FILE.jsonl or qdrant:PATH/COLLECTION")
+    return layout
+
+
+def _layout(path: Path, fmt: str, sink: Any) -> Layout:
+    """The sink's state directory, or an earlier one of its that still holds the ledger (an
+    output not yet moved by a newer gpucli); without a sink (a path not named as gpucli names
+    outputs), beside it or, for a directory, inside it, as gpucli 0.1 kept it."""
+    if sink is None:
+        places = [Path(f"{path}.gpucli")] + ([path / "_gpucli"] if fmt == "parquet" else [])
+        state = next((d for d in places if (d / LEDGER).is_file()), places[0])
+        return Layout(path, fmt, state / LEDGER, path.with_suffix(".failures.jsonl"))
+    ledger = ledger_dir(sink) / LEDGER
+    return Layout(Path(sink.display) if fmt == "qdrant" else path, fmt, ledger, Path(sink.failures_path))
+
+
+def _open_ledger(path: Path) -> ReadOnlyLedger:
+    """Read-only, leaving no trace (ledger_view.py); its header is read here, not its whole file."""
+    try:
+        return ReadOnlyLedger(path, check=False)
+    except OutputError as exc:  # not SQLite, or not a ledger: named, with what it is
+        raise UsageError(f"{path}: cannot read this ledger ({exc.cause}); not a gpucli output, or a damaged "
+                         "one") from None
+
+
+def _settings(ledger: ReadOnlyLedger) -> dict[str, Any]:
+    try:
+        settings = json.loads(ledger.meta("settings") or "{}")
+    except ValueError:
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
+def _metadata(layout: Layout, settings: dict[str, Any]) -> dict[str, str]:
+    """`gpucli.*` keys, without the prefix: the newest part's (what the last run wrote), else
+    the ledger's copy (JSON lines, or a Parquet output whose every input failed)."""
+    info = settings.get("info") if isinstance(settings.get("info"), dict) else {}
+    found = {str(k): str(v) for k, v in info.items()}
+    if layout.format == "parquet":
+        parts = _parts(layout.out)
+        if parts:
+            found.update(_part_metadata(parts[-1]))
+    return {k.removeprefix("gpucli."): v for k, v in found.items() if k.startswith("gpucli.")}
+
+
+def _parts(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if PART.match(p.name))
+
+
+def _part_metadata(part: Path) -> dict[str, str]:
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_schema(part).metadata or {}
+    except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on a damaged footer
+        raise UsageError(f"{part}: cannot read this part's metadata ({exc})") from None
+    return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in metadata.items()}
+
+
+def _describe(report: Report, metadata: dict[str, str], settings: dict[str, Any]) -> None:
+    report.metadata = metadata
+    report.task = metadata.get("task") or str(settings.get("task") or "")
+    report.model = metadata.get("model") or str(settings.get("model") or "")
+    report.dims = int(metadata["dims"]) if metadata.get("dims", "").isdigit() else None
+    report.pooling = metadata.get("pooling")
+    report.prompt = metadata.get("prompt")
+    report.gpucli_version = metadata.get("version", "")
+
+
+def _count_ledger(report: Report, ledger: ReadOnlyLedger, layout: Layout) -> None:
+    """The last run: the ledger's last change, or the failures file's, which every run rewrites
+    (a run with nothing to do changes no input's record)."""
+    counts = ledger.counts()
+    report.inputs_done, report.inputs_failed = counts.get(Status.DONE, 0), counts.get(Status.FAILED, 0)
+    if layout.format == "parquet":
+        parts = _parts(layout.out)
+        report.parts, report.rows = len(parts), sum(_part_rows(p) for p in parts)
+    else:  # JSON lines and Qdrant: the rows the ledger knows are written
+        report.rows = int(ledger.done_rows())
+    times = [t for t in (ledger.last_update(), _mtime(layout.failures)) if t]
+    report.last_run = _iso(max(times)) if times else None
+
+
+def _part_rows(part: Path) -> int:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(part).num_rows
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{part}: cannot read this part's footer ({exc})") from None
+
+
+def _mtime(path: Path) -> float | None:
+    """The failures file is rewritten by every run, even one with nothing to do."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")
+
+
+def _count_failures(report: Report, path: Path) -> None:
+    try:
+        with open(path, "rb") as f:
+            report.failures = sum(1 for line in f if line.strip())
+    except FileNotFoundError:
+        report.failures = None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the failures file ({exc.strerror or exc})") from None
+
+
+# --- printing ---------------------------------------------------------------------------------
+def render(report: Report, as_json: bool) -> None:
+    """One JSON object with --json; otherwise aligned `name: value` lines, plain text (no
+    markup: a model path or a prompt may hold brackets)."""
+    if as_json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        return
+    for name, value in lines(report):
+        print(f"{name + ':':<16}{value}")
+
+
+def lines(report: Report) -> list[tuple[str, str]]:
+    failures = "no failures file" if report.failures is None else f"{report.failures} records"
+    rows = [
+        ("output", f"{report.out} ({report.format})"),
+        ("task", report.task or "?"),
+        ("model", report.model or "?"),
+        *task_lines(report),
+        ("rows", "?" if report.rows is None else str(report.rows)
+         + (f" in {report.parts} part(s)" if report.parts is not None else "")),
+        ("inputs done", str(report.inputs_done)),
+        ("failures", f"{failures} in {report.failures_file}"
+         + (f"; {report.inputs_failed} input(s) to retry" if report.inputs_failed else "")),
+        ("last run", report.last_run or "never"),
+        ("gpucli", report.gpucli_version or "?"),
+    ]
+    return rows + ([("root", report.metadata["root"])] if report.metadata.get("root") else [])
+
+
+def task_lines(report: Report) -> list[tuple[str, str]]:
+    """The task's own settings, as its metadata records them (a prompt quoted: its spaces count)."""
+    keys = TASK_KEYS.get(report.task) or tuple(k for k in sorted(report.metadata) if k not in COMMON_KEYS)
+    shown = []
+    for key in keys:
+        value = report.metadata.get(key)
+        if value:
+            shown.append((key.replace("_", " "), repr(value) if key.endswith("prompt") else value))
+    if report.task == "embed" and not report.metadata.get("prompt"):
+        shown.append(("prompt", "none"))
+    return shown

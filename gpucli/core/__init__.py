@@ -1,0 +1,3 @@
+"""The vocabulary every floor shares: errors, records, keys, decisions, config, summary, progress.
+
+The lowest floor: it imports nothing else of gpucli."""

@@ -1,0 +1,265 @@
+"""run(config) -> RunSummary: the local engine's wiring and lifecycle over the core.
+
+One input, from the walk to the ledger (one callback: the pool's events, `_on_pool_event`):
+
+    walk.walk_blocks -> reader.read_chunk (reader thread or process: read, ledger's decision,
+         hash, task.prepare_many) -> Accounts.read (ends failed and unchanged inputs; expects
+         the block's items) -> BlockQueue -> Batcher.next (a sorted window cut into batches)
+      -> WorkerPool.send -> worker: task.predict -> Result / Failed messages -> WorkerPool
+         (recovery's decision) -> _on_pool_event(BatchesDone) -> Accounts.outputs_many (rows
+         into the part buffer; an input is complete when all its items are back)
+      -> Writer: Accounts.take_part, then in the writer's thread Accounts.write (sink.write,
+         then the ledger marks the part's inputs done) -> Accounts.durable (counted done)
+
+The event loop only routes: file I/O and tokenizing run in reader threads or processes, models in the
+workers, sink calls in the writer thread. Every input ends as rows or one failure record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+import time
+
+from gpucli.core.config import RunConfig
+from gpucli.core.errors import EXIT_SIGINT, EXIT_SIGTERM, OutputError
+from gpucli.core.progress import Progress, tick
+from gpucli.core.signals import LoopSignals
+from gpucli.core.summary import RunSummary
+from gpucli.engines.batching import END, Batcher, BlockQueue
+from gpucli.engines.job import Job
+from gpucli.engines.local.dispatcher import errors_stop_the_pool, feed
+from gpucli.engines.local.events import BatchesDone, BatchFailed, OutOfMemory, PoolEvent, PoolLog
+from gpucli.engines.local.pool import WorkerPool
+from gpucli.engines.reader import read_chunks
+from gpucli.engines.recovery import OomHistory, after_oom
+from gpucli.output.writer import Writer
+
+STOP_DEADLINE_S = 10.0  # from a signal to the exit, whatever is running
+WRITE_MARGIN_S = 2.0  # of it, kept for writing the complete inputs and closing the output
+
+
+def run(config: RunConfig, progress: Progress | None = None) -> RunSummary:
+    """Run one job to the end (or to an interrupt) and return its summary."""
+    return asyncio.run(Pipeline(config, progress).run())
+
+
+class Pipeline:
+    def __init__(self, config: RunConfig, progress: Progress | None = None) -> None:
+        self.config = config
+        self.job = Job(config, progress)
+        self.progress = self.job.progress
+        self.signal_received = 0  # the signal number that asked this run to stop; 0 = running
+        self.deadline = float("inf")  # time.monotonic() by which the run has exited, after a signal
+        self.stop_event = asyncio.Event()
+        self.signals = LoopSignals()
+        self.pool: WorkerPool | None = None
+        self.writer: Writer | None = None
+        self.queue: BlockQueue | None = None
+        self.pruning: asyncio.Future | None = None  # --prune's thread, once the walk is complete
+
+    @property
+    def summary(self) -> RunSummary:
+        """The counts so far (complete after `run`, also when it raised)."""
+        return self.job.summary
+
+    # --- the run ----------------------------------------------------------------------------
+    async def run(self) -> RunSummary:
+        self.signals.install(self._on_signal)
+        gc.freeze()  # modules and models loaded so far never die: full collections skip them (halves the pauses)
+        try:
+            await asyncio.to_thread(self.job.open)
+            if not self.signal_received:
+                await self._run_opened()
+            else:
+                self.job.close(written=True)
+        except OutputError as exc:  # the output side failed mid-run: the summary goes with the error
+            if self.job.opened:
+                exc.summary = self._finish(exc)
+            raise
+        finally:
+            self.signals.restore()
+            gc.unfreeze()  # a process that runs again (tests, a library user) collects this run's objects
+        return self._finish()
+
+    def _finish(self, error: OutputError | None = None) -> RunSummary:
+        return self.job.finish(self.signal_received, self.pool.infer_s if self.pool else 0.0,
+                               self.batcher.waited_s if self.queue else 0.0,
+                               self.writer.seconds if self.writer else 0.0, error)
+
+    async def _run_opened(self) -> None:
+        job, config = self.job, self.config
+        devices = job.devices()
+        job.use_devices(devices)
+        self.queue = BlockQueue(config.queue_items or job.task_cls.queue_items)
+        self.batcher = Batcher(self.queue, job.caps, job.window_items, parallel=len(devices))
+        self.pool = WorkerPool(job.task, job.spec, devices, self._on_pool_event,
+                               batch_timeout_s=config.batch_timeout_s, max_restarts=config.max_restarts,
+                               setup_timeout_s=config.setup_timeout_s)
+        self._oom = OomHistory(self.batcher.caps)  # out-of-memory errors lower the batcher's caps
+        self.writer = Writer(job.accounts, config.part_rows, config.flush_s)
+        self.has_work = asyncio.Event()
+        ticker = asyncio.ensure_future(tick(self.progress, lambda: job.counts_now(self.queue.items,
+                                                                                  self.pool.in_flight_count())))
+        self.reader = asyncio.ensure_future(self._read(devices))  # reads while the workers load their models
+        pruning_error = None
+        try:
+            if job.output.all_new():  # a first run: the models load while the tree is walked and read
+                self.pool.spawn()
+            if await self._any_work():
+                await self._load_and_run(devices)
+            elif not self.signal_received:
+                await self.reader
+        finally:
+            ticker.cancel()
+            self.reader.cancel()
+            await asyncio.gather(self.reader, return_exceptions=True)
+            pruning_error = await self._shutdown()
+        if pruning_error is not None:  # only when nothing else went up: the first error is the run's
+            raise pruning_error
+
+    async def _any_work(self) -> bool:
+        """Wait for the first block (or the end of input): a cron rerun over an unchanged
+        tree then finishes in the time of a walk, without loading a model."""
+        waiter = asyncio.ensure_future(self.has_work.wait())
+        stop = asyncio.ensure_future(self.stop_event.wait())
+        await asyncio.wait({waiter, stop, self.reader}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        stop.cancel()
+        if self.reader.done() and not self.reader.cancelled() and self.reader.exception() is not None:
+            raise self.reader.exception()
+        return self.has_work.is_set() and not self.signal_received
+
+    async def _load_and_run(self, devices: list[str]) -> None:
+        where = ", ".join(sorted(set(devices)))
+        self.job.counts.phase = f"loading the model in {len(devices)} worker(s) on {where}"
+        self.writer.warm()
+        if not self.pool.spawned:
+            self.pool.spawn()
+        if self.writer.task is None:  # else started by copies of content the output holds (_read)
+            self.writer.start()
+        dispatcher = asyncio.ensure_future(feed(self.pool, self.batcher, self.writer, self.config.part_rows,
+                                                lambda: bool(self.signal_received)))  # fills the Pipes while they load
+        loading = asyncio.ensure_future(self.pool.start())
+        stop = asyncio.ensure_future(self.stop_event.wait())
+        try:
+            await asyncio.wait({loading, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if loading.done():
+                loading.result()  # raises the worker's setup error
+                self.job.counts.phase = ""
+                await self._run_stages(dispatcher)
+        finally:
+            stop.cancel()
+            for task in (loading, dispatcher):
+                task.cancel()
+            await asyncio.gather(loading, dispatcher, return_exceptions=True)
+
+    async def _run_stages(self, dispatcher: asyncio.Future) -> None:
+        """Reader, dispatcher and writer run together; the first to fail stops the others
+        (a sink that broke mid-run ends the run now, not after reading the whole tree)."""
+        stages = {self.reader, dispatcher, self.writer.task}
+        while not dispatcher.done():
+            done, _ = await asyncio.wait(stages, return_when=asyncio.FIRST_COMPLETED)
+            for stage in done:
+                if not stage.cancelled() and stage.exception() is not None:
+                    raise stage.exception()
+            stages = {s for s in stages if not s.done()} or {dispatcher}
+        await dispatcher
+
+    async def _shutdown(self) -> BaseException | None:
+        """Stop the workers (by the deadline when a signal asked), write what is complete, close.
+        Returns the prune's error when a stop cancelled the reader it would have gone up with
+        (a refusal: exit 3 with its line, as on Ray, rather than an exit 130 that hides it)."""
+        deadline = min(self.deadline - WRITE_MARGIN_S, time.monotonic() + STOP_DEADLINE_S)
+        written, failed = False, False
+        try:
+            if self.pool is not None:
+                await self.pool.stop(deadline)
+            if self.writer.task is not None:
+                await self.writer.close()
+            written = True
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            pruned = None  # None, or the prune thread's error
+            if self.pruning is not None:
+                pruned, = await asyncio.gather(self.pruning, return_exceptions=True)
+            try:
+                await asyncio.to_thread(self.job.close, written)
+            except OutputError:
+                if not failed:  # else the first error is the run's (a full disk fails the close too)
+                    raise
+        return pruned if isinstance(pruned, Exception) and self.signal_received else None
+
+    # --- reader -----------------------------------------------------------------------------
+    async def _read(self, devices: list[str]) -> None:
+        job = self.job
+        lookup = job.output.lookup()
+        copies = job.copies_from_output()  # identical content embedded once: rows the output holds
+        processes = job.reader_processes(devices)
+        job.count_ahead()  # the total, for the progress, before this walk has been everywhere
+        try:
+            async for chunk in read_chunks(job.walk_blocks(), job.task, job.max_bytes, job.chunk_files,
+                                           self.config.read_chunks_in_flight, lookup, job.seen(),
+                                           job.clocks["read"], processes, job.attempts()):
+                copied = []
+                if copies is not None and chunk.sources:
+                    chunk, copied = await asyncio.to_thread(copies.take, chunk)
+                block = job.accounts.read(chunk, copied)
+                if copied and self.writer.task is None:  # copies' rows need no model: no worker loads for them
+                    self.writer.start()
+                if block is not None:
+                    self.has_work.set()
+                    await self.queue.put(block)
+                if self.signal_received:
+                    return
+        finally:
+            if processes is not None:
+                processes.close()
+            job.task.close_reading()  # a stop does not wait for a document still being extracted
+        if self.signal_received:  # a stop during the walk prunes nothing
+            return
+        # A stop cancels the reader, never the prune's thread: _shutdown waits for it before the
+        # output closes (a close beside a running prune left the ledger and the rows apart).
+        self.pruning = asyncio.ensure_future(asyncio.to_thread(job.prune))
+        await asyncio.shield(self.pruning)
+        await self.queue.put(END)
+
+    # --- dispatcher -------------------------------------------------------------------------
+    # --- what the pool tells the run (called on the loop by the pool) -----------------------
+    def _on_pool_event(self, event: PoolEvent) -> None:
+        match event:
+            case BatchesDone(batches=batches):
+                with errors_stop_the_pool(self.pool):
+                    self.job.accounts.outputs_many(batches)
+                self.writer.added()
+            case BatchFailed(batch=batch, reason=reason):
+                with errors_stop_the_pool(self.pool):
+                    self.job.accounts.fail_items(batch.items, "infer", reason)
+            case OutOfMemory(batch_size=batch_size):
+                self._oom, said = after_oom(self._oom, batch_size)
+                if said:
+                    self.batcher.caps = self._oom.caps
+                    self.progress.log(said + " for this run")
+            case PoolLog(message=message):
+                self.progress.log(message)
+
+    # --- stop signals ---------------------------------------------------------------------------
+    def _on_signal(self, sig: int) -> None:
+        if self.signal_received:
+            self.progress.log("second interrupt: stopping now; complete parts are kept")
+            if self.pool is not None:
+                self.pool.kill_now()
+            os._exit(EXIT_SIGINT if sig == signal.SIGINT else EXIT_SIGTERM)
+        self.signal_received = sig
+        self.deadline = time.monotonic() + STOP_DEADLINE_S
+        self.stop_event.set()
+        self.progress.log(f"{signal.Signals(sig).name}: finishing the batches running now (up to "
+                          f"{STOP_DEADLINE_S:g}s), then writing what is done; press Ctrl-C again to stop at once")
+        if hasattr(self, "reader"):
+            self.reader.cancel()
+        if self.pool is not None:
+            self.pool.notify()

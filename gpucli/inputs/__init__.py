@@ -1,0 +1,1 @@
+"""What the inputs are and how their bytes arrive: the walk, tables, object stores, document extractors."""

@@ -1,0 +1,25 @@
+"""Qdrant: a server over REST, or qdrant-client's embedded local mode on disk.
+
+    --out qdrant://HOST[:PORT]/COLLECTION      server (http; port 6333 by default)
+    --out qdrants://HOST[:PORT]/COLLECTION     server over TLS
+    --out qdrant:PATH/COLLECTION               embedded: storage directory PATH (qdrant:./qdrant_data/docs)
+
+Options ride in the query string: `?text=false` leaves chunk text out of the payload,
+`?batch=N` sets points per upsert (64-256, default 128). The API key comes only from the
+`QDRANT_API_KEY` environment variable: never from the URL, never shown.
+
+The package, by role:
+    target.py      what `--out` names: parsing, no I/O
+    state_dir.py   where the ledger, lock and failures file live; moving a ledger of an earlier version
+    connection.py  the client, retries with backoff within a budget, error messages
+    embedded.py    embedded mode's durability (one SQLite sync per write)
+    sink.py        the sink: collection checks, upserts, stale chunks, reset and prune
+"""
+
+from gpucli.output.sinks.qdrant.connection import Connection, Retry, server_message
+from gpucli.output.sinks.qdrant.embedded import group_commits
+from gpucli.output.sinks.qdrant.sink import NAMESPACE, QdrantSink, chunk_counts, point_id, vector_params
+from gpucli.output.sinks.qdrant.target import API_KEY_ENV, Target, is_qdrant, parse_target
+
+__all__ = ["API_KEY_ENV", "NAMESPACE", "Connection", "QdrantSink", "Retry", "Target", "chunk_counts",
+           "group_commits", "is_qdrant", "parse_target", "point_id", "server_message", "vector_params"]
