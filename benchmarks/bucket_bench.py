@@ -153,7 +153,8 @@ def seed(server: Servers, count: int) -> None:
 
 
 def listed() -> tuple[list, float]:
-    from gpucli.inputs.walk import WalkFilter, walk_blocks
+    from gpucli.inputs.scope import WalkFilter
+    from gpucli.inputs.walk import walk_blocks
 
     started = time.perf_counter()
     blocks = [b for b in walk_blocks([f"s3://{BUCKET}/small"], WalkFilter((".txt",))) if b]

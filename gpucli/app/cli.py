@@ -287,8 +287,9 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
     quiet = bool(cli.get("quiet"))
     with _sigterm_raises(), _exit_codes():
         from gpucli.core.config import build_config
+        from gpucli.tasks import every_option_name
 
-        config = build_config(task_cls.name, task_cls.Options, cli, config_file)
+        config = build_config(task_cls.name, task_cls.Options, cli, config_file, every_option=every_option_name)
         check_model(task_cls, config.model)
         from gpucli.engines import run_engine
 

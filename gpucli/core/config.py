@@ -11,13 +11,27 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 import tomllib
 
 from gpucli.core.errors import UsageError
-from gpucli.engines import ENGINES  # the registry: one list of engines
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+class EngineName(str, Enum):
+    """The engines `--engine` takes; `gpucli.engines.ENGINES` maps each to the module that runs it
+    (the config sits below the engines, so it holds their names, never their modules)."""
+
+    LOCAL = "local"
+    RAY = "ray"
+
+
+ENGINE_NAMES = tuple(engine.value for engine in EngineName)
 
 PROGRESS_MODES = ("auto", "rich", "plain", "off")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -82,7 +96,7 @@ class RunConfig:
             raise UsageError("give at least one file or directory to read (or --from TABLE)")
         _check(self.progress in PROGRESS_MODES, f"--progress must be one of {', '.join(PROGRESS_MODES)}")
         _check(self.dtype in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}")
-        _check(self.engine in ENGINES, f"--engine must be one of {', '.join(ENGINES)}")
+        _check(self.engine in ENGINE_NAMES, f"--engine must be one of {', '.join(ENGINE_NAMES)}")
         _check(self.workers_per_device >= 0, "--workers-per-device must be 1 or more (or 0: the default)")
         _check(self.batch_size >= 0, "--batch-size must be positive")
         _check(self.max_batch_cost >= -1, "--max-batch-cost must be 0 (no cap) or positive")
@@ -188,13 +202,14 @@ def did_you_mean(unknown: list[str], known: Mapping[str, Any], prefix: str = "")
 NOT_OPTIONS = ("GPUCLI_DEBUG", "GPUCLI_QDRANT_", "GPUCLI_TEST_", "GPUCLI_BENCH_")
 
 
-def check_env_names(known: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+def check_env_names(known: Mapping[str, Any], environ: Mapping[str, str],
+                    every_option: Callable[[], set[str]] = set) -> None:
     """A GPUCLI_* variable that names no option but is close to one is a typo (GPUCLI_BATCHSIZE):
     an error, not silence, or a cron job runs with a default it meant to change. A variable far
     from every option is left alone: it may be another task's option or another tool's."""
     names = {f"GPUCLI_{name.upper()}": name for name in known}
     unknown = [key for key in environ if key.startswith("GPUCLI_") and key not in names
-               and not key.startswith(NOT_OPTIONS) and key[7:].lower() not in _all_option_names()]
+               and not key.startswith(NOT_OPTIONS) and key[7:].lower() not in every_option()]
     import difflib
 
     typos = [(key, close[0]) for key in sorted(unknown)
@@ -203,14 +218,6 @@ def check_env_names(known: Mapping[str, Any], environ: Mapping[str, str]) -> Non
         raise UsageError("environment: " + "; ".join(f"{key} is not an option; did you mean {right}?"
                                                      for key, right in typos))
 
-
-def _all_option_names() -> set[str]:
-    """Every task's option names (GPUCLI_CHUNK_TOKENS is embed's, not a typo under classify)."""
-    try:
-        from gpucli.tasks import all_tasks
-    except ImportError:  # pragma: no cover - a broken install: no names to spare
-        return set()
-    return {name for cls in all_tasks().values() for name in field_types(cls.Options)}
 
 
 def field_types(cls: type) -> dict[str, type]:
@@ -233,13 +240,16 @@ def build_config(
     cli: Mapping[str, Any],
     config_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    every_option: Callable[[], set[str]] = set,
 ) -> RunConfig:
-    """Merge the four layers. `cli` holds only flags the user gave (others are None)."""
+    """Merge the four layers. `cli` holds only flags the user gave (others are None).
+    `every_option` names every task's options (GPUCLI_CHUNK_TOKENS is embed's, not a typo under
+    classify); it is asked only when a GPUCLI_* variable names no option of this task."""
     environ = os.environ if environ is None else environ
     task_types = field_types(options_cls)
     known = {**RUN_TYPES, **task_types}
     layered: dict[str, Any] = {}
-    check_env_names(known, environ)
+    check_env_names(known, environ, every_option)
     for where, layer in (("config file", load_toml(config_file, task)), ("environment", from_env(known, environ))):
         unknown = sorted(set(layer) - set(known))
         if unknown:

@@ -288,3 +288,33 @@ class Failed:
 
 
 WorkerMessage = Ready | SetupFailed | Started | Result | Failed
+
+
+@dataclass(slots=True)
+class ReadChunk:
+    """What one reader call gives the run: a block of items for the inputs that need the
+    model, and the inputs that ended here (failed, skipped, unchanged)."""
+
+    sources: list[Source] = field(default_factory=list)  # inputs whose items are in `block`
+    block: Items | None = None
+    failures: list[Failure] = field(default_factory=list)  # walk, read and prepare failures
+    unchanged: list[Source] = field(default_factory=list)  # done in an earlier run, same content
+    found: int = 0  # inputs the walk yielded for this chunk
+
+
+def rows_to_table(rows: list[dict[str, Any]], schema: Any) -> Any:
+    """Column by column; fixed-size vectors are stacked into one numpy block (fast)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if not rows:
+        return schema.empty_table()
+    columns = []
+    for column_field in schema:
+        values = [row.get(column_field.name) for row in rows]
+        if pa.types.is_fixed_size_list(column_field.type):
+            flat = np.asarray(np.stack(values), dtype=column_field.type.value_type.to_pandas_dtype()).ravel()
+            columns.append(pa.FixedSizeListArray.from_arrays(pa.array(flat), column_field.type.list_size))
+        else:
+            columns.append(pa.array(values, type=column_field.type))
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -11,6 +11,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpucli.core.config import EngineName
 from gpucli.core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -26,10 +27,12 @@ class Engine:
     extra: str = ""  # the pip extra that provides them
 
 
-ENGINES = {
-    "local": Engine("local", "gpucli.engines.local.pipeline:run"),
-    "ray": Engine("ray", "gpucli.engines.ray:run", needs=("ray", "ray.data"), extra="ray"),
+ENGINES: dict[str, Engine] = {
+    EngineName.LOCAL.value: Engine("local", "gpucli.engines.local.pipeline:run"),
+    EngineName.RAY.value: Engine("ray", "gpucli.engines.ray:run", needs=("ray", "ray.data"), extra="ray"),
 }
+if set(ENGINES) != {name.value for name in EngineName}:  # pragma: no cover - caught by any import in the tests
+    raise RuntimeError("gpucli.engines.ENGINES and core.config.EngineName name different engines. This is a bug.")
 
 
 def run_engine(config: RunConfig) -> RunSummary:

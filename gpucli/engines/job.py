@@ -26,7 +26,8 @@ from gpucli.core.records import Failure, Source
 from gpucli.core.summary import BusyClock, RunSummary, now_text
 from gpucli.engines.batching import WINDOW_BATCHES, BatchCaps
 from gpucli.inputs import tables
-from gpucli.inputs.walk import Found, WalkFilter, WalkReport, count_inputs, walk_blocks
+from gpucli.inputs.scope import Found, WalkFilter, WalkReport
+from gpucli.inputs.walk import count_inputs, walk_blocks
 from gpucli.models.backends.choice import backend_default
 from gpucli.models.devices import all_cpu, host_cores
 from gpucli.output import dedup

@@ -14,28 +14,15 @@ import errno
 import os
 import stat
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gpucli.core.decision import Action, decide
 from gpucli.core.errors import InputError
-from gpucli.core.records import Failure, Items, Source
+from gpucli.core.records import Failure, Items, ReadChunk, Source
 from gpucli.inputs.stores.url import is_url
 from gpucli.inputs.tables import Record, take_text
 from gpucli.output.fingerprint import digest
-
-
-@dataclass(slots=True)
-class ReadChunk:
-    """What one reader call gives the run: a block of items for the inputs that need the
-    model, and the inputs that ended here (failed, skipped, unchanged)."""
-
-    sources: list[Source] = field(default_factory=list)  # inputs whose items are in `block`
-    block: Items | None = None
-    failures: list[Failure] = field(default_factory=list)  # walk, read and prepare failures
-    unchanged: list[Source] = field(default_factory=list)  # done in an earlier run, same content
-    found: int = 0  # inputs the walk yielded for this chunk
-
 
 # path -> (size, mtime_ns, digest, status) of inputs an earlier run knew, for incremental runs
 Lookup = Callable[[list[str]], dict[str, Any]]

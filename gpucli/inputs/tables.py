@@ -179,7 +179,8 @@ def records(config: Any, report: Any, max_bytes: int) -> Iterator[Any]:
     """The table's records as the walk's `Found`s (a Record, or a failure record), numbered
     from 0; fills `report` as a walk does, so that --prune removes only this table's records
     that its whole read did not find."""
-    from gpucli.inputs.walk import Found, _rel, common_base
+    from gpucli.inputs.scope import Found
+    from gpucli.inputs.walk import _rel, common_base
 
     if is_url(config.from_table):  # read from its local copy; named and dated as the object
         from gpucli.inputs.stores.tables import local_copy

@@ -19,12 +19,11 @@ import numpy as np
 from gpucli.core.decision import Status
 from gpucli.core.keys import with_path
 from gpucli.core.progress import Counts
-from gpucli.core.records import UNKNOWN_TOKENS, Failure, Items, Source, concat_outputs
+from gpucli.core.records import UNKNOWN_TOKENS, Failure, Items, ReadChunk, Source, concat_outputs, rows_to_table
 from gpucli.core.summary import RunSummary
-from gpucli.engines.reader import ReadChunk
 from gpucli.output.dedup import Copied, InRun
 from gpucli.output.output import Output
-from gpucli.output.parts import Part, PartBuffer, rows_to_table
+from gpucli.output.parts import Part, PartBuffer
 from gpucli.output.settings import input_columns, input_fields
 from gpucli.tasks import Task
 

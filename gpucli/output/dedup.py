@@ -49,8 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucli.core.records import Items, Source
-from gpucli.engines.reader import ReadChunk
+from gpucli.core.records import Items, ReadChunk, Source
 from gpucli.output.parts import Part
 
 MAX_WAITING = 10_000  # copies waiting for their originals in flight, all originals together

@@ -15,12 +15,20 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gpucli.core.errors import UsageError
 
-if TYPE_CHECKING:
-    from gpucli.output.ledger import Ledger
+
+class Ledger(Protocol):
+    """What the settings check reads and writes of a ledger (output/ledger.py's `Ledger`,
+    which imports this module for `stamp`: named by shape, so the two form no cycle)."""
+
+    gpucli_version: str
+
+    def meta(self, key: str) -> str | None: ...
+
+    def set_metas(self, values: dict[str, str]) -> None: ...
 
 
 def digest(data: bytes) -> str:

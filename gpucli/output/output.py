@@ -23,7 +23,7 @@ from gpucli.output.sinks import Sink, open_sink
 from gpucli.output.state_dir import ledger_dir, missing_dirs, open_ledger, own_paths, refuse_foreign, remove_created
 
 if TYPE_CHECKING:
-    from gpucli.inputs.walk import WalkReport
+    from gpucli.inputs.scope import WalkReport
 
 
 class FailureLog:

@@ -113,21 +113,3 @@ class PartBuffer:
             else:
                 self.rows -= sum(table.num_rows for table, _ in pieces)
         return out
-
-
-def rows_to_table(rows: list[dict[str, Any]], schema: Any) -> Any:
-    """Column by column; fixed-size vectors are stacked into one numpy block (fast)."""
-    import numpy as np
-    import pyarrow as pa
-
-    if not rows:
-        return schema.empty_table()
-    columns = []
-    for field in schema:
-        values = [row.get(field.name) for row in rows]
-        if pa.types.is_fixed_size_list(field.type):
-            flat = np.asarray(np.stack(values), dtype=field.type.value_type.to_pandas_dtype()).ravel()
-            columns.append(pa.FixedSizeListArray.from_arrays(pa.array(flat), field.type.list_size))
-        else:
-            columns.append(pa.array(values, type=field.type))
-    return pa.Table.from_arrays(columns, schema=schema)

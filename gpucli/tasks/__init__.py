@@ -10,7 +10,7 @@ from functools import cache
 from gpucli.core.errors import UsageError
 from gpucli.tasks.base import ModelEntry, Task, TaskSpec
 
-__all__ = ["ModelEntry", "Task", "TaskSpec", "all_tasks", "get_task", "create_task", "task_of_module"]
+__all__ = ["ModelEntry", "Task", "TaskSpec", "all_tasks", "get_task", "create_task", "task_of_module", "every_option_name"]
 
 
 @cache
@@ -25,6 +25,18 @@ def all_tasks() -> dict[str, type[Task]]:
                 if obj.__module__ == module.__name__:
                     found[obj.name] = obj
     return dict(sorted(found.items()))
+
+
+def every_option_name() -> set[str]:
+    """Every task's option names (GPUCLI_CHUNK_TOKENS is embed's, not a typo under classify).
+    Imports every task, so the config asks for it only when a GPUCLI_* variable is unknown."""
+    from gpucli.core.config import field_types
+
+    try:
+        tasks = all_tasks()
+    except ImportError:  # pragma: no cover - a broken install: no names to spare
+        return set()
+    return {name for cls in tasks.values() for name in field_types(cls.Options)}
 
 
 def get_task(name: str) -> type[Task]:

@@ -1,7 +1,7 @@
 """Inputs -> documents for embed: each input's text, and where its pages start.
 
 Plain text (and a table's record) is decoded here, in the reader's thread or process
-(gpucli/tasks/_text.py). A document format (PDF, DOCX, HTML, EPUB...: gpucli/inputs/extract/) is
+(gpucli/inputs/text.py). A document format (PDF, DOCX, HTML, EPUB...: gpucli/inputs/extract/) is
 extracted in child processes (gpucli/inputs/limited.py), for two reasons: extraction is CPU work in C
 libraries that must spread over the host's cores, and a pathological file must be stoppable
 (a time limit per file, `--extract-timeout`, and a memory cap per child) without stopping the run.
@@ -19,7 +19,7 @@ from gpucli.core.records import Failure, Source
 from gpucli.inputs.extract import Document, format_for
 from gpucli.inputs.limited import LimitedPool, Limits, default_size
 from gpucli.inputs.tables import Record
-from gpucli.tasks._text import clean_text, decode_text
+from gpucli.inputs.text import clean_text, decode_text
 
 EXTRACT_TARGET = "gpucli.tasks._documents:extract_clean"
 

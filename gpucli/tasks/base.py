@@ -181,7 +181,7 @@ class Task:
         """The rows (without `path`) of one batch: a table with a row per usable item, in
         order, and (position, reason) for each item whose output could not be used. The
         default calls `row` per item; a task with columnar outputs overrides this."""
-        from gpucli.output.parts import rows_to_table
+        from gpucli.core.records import rows_to_table
 
         good, bad = self.item_rows(items, outputs)
         return rows_to_table([row for _, row in good], self.schema()), bad

@@ -265,8 +265,9 @@ def test_out_to_a_bucket_is_refused_with_what_to_do_instead(s3, bucket):
 
 def test_many_keys_are_listed_a_page_at_a_time(s3, tmp_path, monkeypatch):
     """A prefix is a block per page (bounded memory: a page, never the prefix), and every key once."""
+    from gpucli.inputs.scope import WalkFilter, WalkReport
     from gpucli.inputs.stores import listing
-    from gpucli.inputs.walk import WalkFilter, WalkReport, walk_blocks
+    from gpucli.inputs.walk import walk_blocks
 
     s3.put_tree("many-keys", {f"k/{i:04d}.txt": "x" for i in range(250)})
     monkeypatch.setattr(listing, "PAGE_KEYS", 40)

@@ -181,8 +181,9 @@ def test_a_bucket_that_does_not_exist_is_named_so(store, tmp_path, quick_retries
 
 def test_many_keys_are_listed_a_page_at_a_time(store, monkeypatch):
     """A prefix is a block per page (bounded memory: a page, never the prefix), and every key once."""
+    from gpucli.inputs.scope import WalkFilter, WalkReport
     from gpucli.inputs.stores import listing
-    from gpucli.inputs.walk import WalkFilter, WalkReport, walk_blocks
+    from gpucli.inputs.walk import walk_blocks
 
     store.put_tree(f"many-keys-{store.protocol}", {f"k/{i:04d}.txt": "x" for i in range(250)})
     monkeypatch.setattr(listing, "PAGE_KEYS", 40)

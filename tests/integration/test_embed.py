@@ -193,7 +193,7 @@ def test_ascii_texts_take_their_spans_from_the_text_and_match_the_tokenizers_off
     must give the tokenizer's own first and last offsets, and the same ids."""
     import random
 
-    from gpucli.tasks._text import decode_text
+    from gpucli.inputs.text import decode_text
 
     task = create_task(TaskSpec("embed", "minilm", {"allow_unknown_tokens": True}))  # "x" * 120 is one [UNK]
     task.open()

@@ -27,7 +27,7 @@ from gpucli.core.config import RunConfig
 from gpucli.core.errors import UsageError
 from gpucli.engines.local.pipeline import run
 from gpucli.inputs import tables
-from gpucli.inputs.walk import WalkReport
+from gpucli.inputs.scope import WalkReport
 from tests.fake_task import FAKE
 from tests.helpers import read_rows
 

@@ -21,6 +21,7 @@ pytest.importorskip("onnx")
 
 from gpucli.core.errors import UsageError  # noqa: E402
 from gpucli.models.backends import onnx as ob  # noqa: E402
+from gpucli.models.backends import onnx_session  # noqa: E402
 from gpucli.models.backends import onnx_available, worker_threads  # noqa: E402
 from gpucli.models.backends import onnx_cache as oc  # noqa: E402
 from gpucli.models.backends import onnx_export as ox  # noqa: E402
@@ -211,11 +212,11 @@ def test_the_cache_lives_under_xdg_cache_home(tmp_path, monkeypatch):
 
 
 def test_cuda_uses_the_cuda_provider_and_without_onnxruntime_gpu_says_how_to_get_it():
-    assert ob.providers("cpu", ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
-    assert ob.providers("cuda:1", ["CUDAExecutionProvider", "CPUExecutionProvider"])[0] == \
+    assert onnx_session.providers("cpu", ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+    assert onnx_session.providers("cuda:1", ["CUDAExecutionProvider", "CPUExecutionProvider"])[0] == \
         ("CUDAExecutionProvider", {"device_id": 1})
     with pytest.raises(UsageError, match="onnxruntime-gpu"):
-        ob.providers("cuda:0", ["CPUExecutionProvider"])
+        onnx_session.providers("cuda:0", ["CPUExecutionProvider"])
 
 
 @pytest.mark.parametrize(("flags", "reduced"), [

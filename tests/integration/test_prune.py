@@ -18,7 +18,8 @@ import pytest
 
 from gpucli.core.errors import RunFailedError
 from gpucli.core.records import Source
-from gpucli.inputs.walk import WalkFilter, WalkReport, walk
+from gpucli.inputs.scope import WalkFilter, WalkReport
+from gpucli.inputs.walk import walk
 from gpucli.output.output import Output
 from tests.helpers import ROOT, read_rows, unlistable
 

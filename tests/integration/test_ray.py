@@ -403,7 +403,7 @@ def test_a_stop_right_after_a_walk_failure_is_written_still_counts_it(tree, tmp_
     from gpucli.core.records import Failure
     from gpucli.engines.job import Job
     from gpucli.engines.ray import RayJob
-    from gpucli.inputs.walk import Found
+    from gpucli.inputs.scope import Found
     from gpucli.output.output import Output
 
     root = tree({"a.txt": "alpha\n", "b.txt": "beta\n"})

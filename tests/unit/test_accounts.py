@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucli.core.decision import Status
-from gpucli.core.records import Failure
-from gpucli.engines.reader import ReadChunk
+from gpucli.core.records import Failure, ReadChunk
 from gpucli.output.accounts import Committed
 from tests.helpers import block, make_accounts, outputs, sources
 

@@ -9,7 +9,7 @@ import dataclasses
 import pyarrow as pa
 
 from gpucli.core.decision import Status
-from gpucli.engines.reader import ReadChunk
+from gpucli.core.records import ReadChunk
 from gpucli.output.dedup import MAX_WAITING, FromOutput, InRun, enabled
 from tests.helpers import block, make_accounts, outputs, sources
 

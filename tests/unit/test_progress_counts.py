@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from gpucli.core.decision import Status
-from gpucli.inputs.walk import WalkFilter, count_inputs, walk_blocks
+from gpucli.inputs.scope import WalkFilter
+from gpucli.inputs.walk import count_inputs, walk_blocks
 from tests.helpers import block, make_accounts, outputs, sources, unlistable
 
 TXT = WalkFilter((".txt",))

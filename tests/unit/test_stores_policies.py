@@ -191,8 +191,8 @@ def test_a_listing_of_many_keys_holds_a_page_not_the_prefix(monkeypatch):
     pytest.importorskip("fsspec")
     import tracemalloc
 
+    from gpucli.inputs.scope import WalkFilter, WalkReport
     from gpucli.inputs.stores import filesystems, listing
-    from gpucli.inputs.walk import WalkFilter, WalkReport
 
     store = PagedStore(100_000)
     monkeypatch.setattr(filesystems, "filesystem", lambda protocol: store)

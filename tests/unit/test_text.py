@@ -7,8 +7,9 @@ import os
 import pytest
 
 from gpucli.core.errors import InputError
-from gpucli.inputs.walk import WalkFilter, walk
-from gpucli.tasks._text import decode_text
+from gpucli.inputs.scope import WalkFilter
+from gpucli.inputs.text import decode_text
+from gpucli.inputs.walk import walk
 
 ZH = "深度学习是机器学习的一个分支，它使用多层神经网络来学习数据的表示。"
 

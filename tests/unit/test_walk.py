@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 from gpucli.core.records import Item, Source
 from gpucli.engines.reader import read_chunk
-from gpucli.inputs.walk import WalkFilter, WalkReport, walk
+from gpucli.inputs.scope import WalkFilter, WalkReport
+from gpucli.inputs.walk import walk
 from gpucli.tasks import Task, TaskSpec
 from tests.helpers import unlistable
 

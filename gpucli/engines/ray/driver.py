@@ -29,12 +29,11 @@ from gpucli.core.config import RunConfig
 from gpucli.core.decision import Action, decide
 from gpucli.core.errors import OutputError, RunFailedError, WorkerSetupError
 from gpucli.core.progress import Counts, Progress
-from gpucli.core.records import Failure, Source
+from gpucli.core.records import Failure, ReadChunk, Source
 from gpucli.core.signals import DriverStops
 from gpucli.core.summary import RunSummary
 from gpucli.engines.job import Job
-from gpucli.engines.reader import ReadChunk
-from gpucli.inputs.walk import Found
+from gpucli.inputs.scope import Found
 from gpucli.output.writer import part_due
 
 from .actors import RowKind, dataset, source_row

@@ -25,7 +25,7 @@ from gpucli.inputs.stores.retry import reason, retrying
 from gpucli.inputs.stores.url import PROTOCOLS, StoreUrl, common_root, is_url, redact, relative
 
 if TYPE_CHECKING:
-    from gpucli.inputs.walk import WalkFilter, WalkReport
+    from gpucli.inputs.scope import WalkFilter, WalkReport
 
 PAGE_KEYS = 1000  # keys (and sub-prefixes) per listing request: S3's and GCS's most, Azure's default 5000
 

@@ -5,7 +5,8 @@
     onnx_image     an image classifier's graph, from what its task gives (ImageGraph)
     onnx_quantize  the int8 recipe, and quantizing to it
     onnx_cache     where an entry lives, its key, writing it once under a lock
-    onnx           (here) the sessions a worker runs: OnnxTextEncoder, OnnxImageClassifier
+    onnx_session   one InferenceSession and its execution providers (a leaf the fusion check uses too)
+    onnx           (here) the models a worker runs: OnnxTextEncoder, OnnxImageClassifier
 
 No module of these imports a task: a task passes what is exported (a model directory, an
 ImageGraph). torch, onnx and onnxruntime are imported inside functions only.
@@ -27,12 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpucli.core.errors import UsageError
 from gpucli.models.backends.onnx_cache import cache_root_of
 from gpucli.models.backends.onnx_export import OPSET, text_entry
 from gpucli.models.backends.onnx_image import ImageGraph, image_entry
-
-EXTRA_INSTALL = "pip install 'gpucli[onnx]'  (onnxruntime and onnx; onnxruntime-gpu instead on CUDA hosts)"
+from gpucli.models.backends.onnx_session import load_session
 
 
 class OnnxTextEncoder:
@@ -79,41 +78,3 @@ class OnnxImageClassifier:
         import numpy as np
 
         return self.session.run(None, {self.input_name: np.ascontiguousarray(pixels, dtype=np.float32)})[0]
-
-
-# --- sessions ------------------------------------------------------------------------------------
-def load_session(model: bytes | str | Path, threads: int, device: str = "cpu") -> Any:
-    """One InferenceSession for this worker: intra-op threads = its share of the cores, no
-    inter-op parallelism (one graph, one batch at a time), all graph optimisations."""
-    ort = _onnxruntime()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = max(1, int(threads))
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3  # errors only: the worker's stderr is the user's terminal
-    if not device.startswith("cuda"):
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # see the module doc
-    source = model if isinstance(model, bytes) else str(model)
-    return ort.InferenceSession(source, options, providers=providers(device, ort.get_available_providers()))
-
-
-def providers(device: str, available: list[str]) -> list[Any]:
-    """Execution providers for a gpucli device ("cpu", "cuda", "cuda:1")."""
-    if not device.startswith("cuda"):
-        return ["CPUExecutionProvider"]
-    if "CUDAExecutionProvider" not in available:
-        raise UsageError(f"--backend onnx on {device} needs onnxruntime-gpu (this onnxruntime offers "
-                         f"{', '.join(available)}): pip uninstall onnxruntime && pip install onnxruntime-gpu; "
-                         "or use --backend torch")
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
-    return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
-
-
-def _onnxruntime() -> Any:
-    try:
-        import onnxruntime
-    except ImportError:
-        raise UsageError(f"--backend onnx needs ONNX Runtime: {EXTRA_INSTALL}") from None
-    return onnxruntime
-

@@ -91,7 +91,7 @@ def equals_torch(model_dir: Path, graph: bytes) -> bool:
     import torch
     from transformers import AutoModel
 
-    from gpucli.models.backends.onnx import load_session
+    from gpucli.models.backends.onnx_session import load_session
 
     reference = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     session = load_session(graph, threads=1)

@@ -19,10 +19,10 @@ import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
+import gpucli.output.sinks.qdrant.state_dir as places
 from gpucli.core.errors import GpucliError, UsageError
 from gpucli.core.keys import row_key, row_keys
 from gpucli.output.sinks.base import Sink
-from gpucli.output.sinks.qdrant import state_dir as places
 from gpucli.output.sinks.qdrant.connection import Connection
 from gpucli.output.sinks.qdrant.embedded import group_commits
 from gpucli.output.sinks.qdrant.filters import qdrant_conditions, qdrant_filters
