@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpucli.core.stages import Stage
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -42,12 +44,12 @@ class WorkerSetupError(GpucliError):
 class InputError(Exception):
     """One input cannot be processed; becomes a failure record, the run goes on.
 
-    `stage` is one of read / decode / preprocess / infer / write / skip.
+    `stage` is where it failed (a `Stage`; its plain word is taken too).
     """
 
-    def __init__(self, stage: str, message: str) -> None:
+    def __init__(self, stage: Stage | str, message: str) -> None:
         super().__init__(message)
-        self.stage = stage
+        self.stage = Stage(stage)
 
 
 class OutputError(RunFailedError):

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from gpucli.core.stages import Stage
+
 
 @dataclass(slots=True)
 class Source:
@@ -213,17 +215,20 @@ class Failure:
     """Exactly one per failed or skipped input; written to the failures JSONL."""
 
     path: str
-    stage: str
+    stage: Stage  # a plain word is taken too (a failures file read back) and made a Stage
     error: str
     size: int = -1  # the input's stat when it failed (-1: not known), so that a rerun can tell
     mtime_ns: int = -1  # "failed again, unchanged" from "a new problem" (--fail-on new)
     cause: str = ""  # a kind the summary counts apart (UNKNOWN_TOKENS); not in the failures file
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.stage, Stage):
+            object.__setattr__(self, "stage", Stage(self.stage))  # an unknown word raises: a typo, a bug
+
     def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "stage": self.stage, "error": self.error}
+        return {"path": self.path, "stage": self.stage.value, "error": self.error}
 
 
-STAGES = ("read", "decode", "preprocess", "infer", "write", "skip")
 UNKNOWN_TOKENS = "unknown_tokens"  # a Failure's cause: the model cannot read the text's language
 
 

@@ -14,6 +14,7 @@ from gpucli.core.config import RunConfig
 from gpucli.core.decision import Action, decide
 from gpucli.core.errors import OutputError, UsageError
 from gpucli.core.keys import split_key
+from gpucli.core.stages import Stage
 from gpucli.core.summary import RunSummary
 from gpucli.engines.job import Job
 from gpucli.output.ledger_view import ReadOnlyLedger
@@ -35,10 +36,10 @@ def dry_run(config: RunConfig) -> RunSummary:
     own = own_paths(sink)
     for found in job.walk(exclude=own):
         if found.failure is not None:
-            _say(found.failure.path, "skip" if found.failure.stage == "skip" else "fail", found.failure.error)
+            _say(found.failure.path, "skip" if found.failure.stage == Stage.SKIP else "fail", found.failure.error)
             seen.add(found.failure.path)
-            summary.skipped += found.failure.stage == "skip"
-            summary.failed += found.failure.stage != "skip"
+            summary.skipped += found.failure.stage == Stage.SKIP
+            summary.failed += found.failure.stage != Stage.SKIP
             continue
         source = found.source
         seen.add(source.path)

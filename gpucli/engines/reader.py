@@ -20,6 +20,7 @@ from typing import Any
 from gpucli.core.decision import Action, decide
 from gpucli.core.errors import InputError
 from gpucli.core.records import Failure, Items, ReadChunk, Source
+from gpucli.core.stages import Stage
 from gpucli.inputs.stores.url import is_url
 from gpucli.inputs.tables import Record, take_text
 from gpucli.output.fingerprint import digest
@@ -97,22 +98,22 @@ def _read_bytes(source: Source, max_bytes: int) -> bytes:
         fd = os.open(source.abspath, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise InputError("read", "became a symbolic link after the walk; not followed") from None
-        raise InputError("read", f"cannot open: {exc.strerror}") from None
+            raise InputError(Stage.READ, "became a symbolic link after the walk; not followed") from None
+        raise InputError(Stage.READ, f"cannot open: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
         if source.ino and (st.st_dev, st.st_ino) != (source.dev, source.ino):
-            raise InputError("read", "replaced by another file after the walk; not read (a rerun reads it)")
+            raise InputError(Stage.READ, "replaced by another file after the walk; not read (a rerun reads it)")
         if not stat.S_ISREG(st.st_mode):
-            raise InputError("read", "not a regular file")
+            raise InputError(Stage.READ, "not a regular file")
         if st.st_size > max_bytes:
-            raise InputError("read", f"file is {st.st_size / 2**20:.1f} MiB, over --max-file-mb "
+            raise InputError(Stage.READ, f"file is {st.st_size / 2**20:.1f} MiB, over --max-file-mb "
                                      f"{max_bytes / 2**20:g}; raise the limit to read it")
         if st.st_size == 0:
-            raise InputError("read", "empty file (0 bytes)")
+            raise InputError(Stage.READ, "empty file (0 bytes)")
         return _read_fd(fd, min(st.st_size, max_bytes) + 1)  # not a max_bytes buffer per file
     except OSError as exc:
-        raise InputError("read", f"cannot read: {exc.strerror}") from None
+        raise InputError(Stage.READ, f"cannot read: {exc.strerror}") from None
     finally:
         os.close(fd)
 
@@ -277,7 +278,7 @@ def _guard_large(sources: list[Source], attempts: Attempts | None) -> tuple[list
         return sources, [], []
     earlier = attempts.begin(large)
     bad = {p for p, count in earlier.items() if count >= ATTEMPTS_BEFORE_REFUSING}
-    refused = [Failure(s.path, "read", f"the reader died twice while preparing this {s.size / 2**20:.0f} MiB file "
+    refused = [Failure(s.path, Stage.READ, f"the reader died twice while preparing this {s.size / 2**20:.0f} MiB file "
                        "(out of memory?); it is skipped until it changes: lower --max-file-mb to fail such files "
                        "at once, or give the machine more memory") for s in large if s.path in bad]
     return [s for s in sources if s.path not in bad], refused, [s.path for s in large]

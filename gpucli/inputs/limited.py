@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 
 # Processes of one run that each keep a pool (reader processes): a pool's default size is its share of
 # the cores, so that the children never outnumber the cores several times over.
@@ -126,7 +127,7 @@ class LimitedPool:
                     results[i] = self._receive(child)
                     del running[child]
                 elif time.monotonic() >= due:
-                    results[i] = InputError("decode", f"took over {self.limits.timeout_s:g} s to extract, "
+                    results[i] = InputError(Stage.DECODE, f"took over {self.limits.timeout_s:g} s to extract, "
                                                       "stopped (--extract-timeout raises the limit)")
                     del running[child]
                     self._lost(child)
@@ -152,7 +153,7 @@ class LimitedPool:
         code = child.process.exitcode
         self._lost(child)
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        return InputError("decode", f"the extractor process died ({how}) on this file; a malformed or hostile "
+        return InputError(Stage.DECODE, f"the extractor process died ({how}) on this file; a malformed or hostile "
                                     "document?")
 
     # --- the shared children ------------------------------------------------------------------
@@ -220,8 +221,8 @@ def _outcome(kind: str, value: Any, limits: Limits) -> Any:
     if kind == "input":
         return InputError(*value)
     if kind == "memory":
-        return InputError("decode", f"needed over {limits.memory_mb} MiB of memory to extract; not read")
-    return InputError("decode", f"the extractor failed: {value}")
+        return InputError(Stage.DECODE, f"needed over {limits.memory_mb} MiB of memory to extract; not read")
+    return InputError(Stage.DECODE, f"the extractor failed: {value}")
 
 
 # --- inside a child ----------------------------------------------------------------------------

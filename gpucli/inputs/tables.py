@@ -54,6 +54,7 @@ import numpy as np
 from gpucli.core.errors import UsageError
 from gpucli.core.keys import ID_COLUMN, REPEAT, record_key
 from gpucli.core.records import Failure, Source
+from gpucli.core.stages import Stage
 from gpucli.inputs.stores.url import is_url
 
 FORMATS = (".parquet", ".csv", ".jsonl", ".ndjson")
@@ -199,12 +200,12 @@ def records(config: Any, report: Any, max_bytes: int) -> Iterator[Any]:
         if record_id is not None and _not_utf8(record_id):
             odd, record_id = odd or f"its id is not valid UTF-8 ({_not_utf8(record_id)})", None
         if record_id is None or record_id == "":  # no key: the failure is the table's
-            yield Found(failure=Failure(table, "read", f"row {number}: " + (odd or (
+            yield Found(failure=Failure(table, Stage.READ, f"row {number}: " + (odd or (
                 f"no id in the column {config.id_column!r} (or not a JSON object); every record needs an id"))))
             continue
         key = record_key(table, record_id)
         if seen.repeated(record_id):  # its own ledger entry: a known failure on reruns of the same table
-            yield Found(failure=Failure(key + REPEAT, "read", f"row {number}: duplicate id: an earlier row has it (only "
+            yield Found(failure=Failure(key + REPEAT, Stage.READ, f"row {number}: duplicate id: an earlier row has it (only "
                                         "the first row with an id is used); ids must be unique", -1, mtime_ns))
             continue
         problem = odd or _problem(text, config.text_column)
@@ -213,12 +214,12 @@ def records(config: Any, report: Any, max_bytes: int) -> Iterator[Any]:
             problem = (f"the text is {len(data) / 2**20:.1f} MiB, over --max-file-mb {max_bytes / 2**20:g}; "
                        "raise the limit to embed it")
         if problem:
-            yield Found(failure=Failure(key, "read", f"row {number}: {problem}", -1, mtime_ns))
+            yield Found(failure=Failure(key, Stage.READ, f"row {number}: {problem}", -1, mtime_ns))
             continue
         yield Found(source=Record(id=next_id, path=key, abspath=abspath, size=len(data), mtime_ns=mtime_ns, data=data))
         next_id += 1
     if stopped:  # the read did not finish: the walk is incomplete, and --prune removes nothing
-        yield Found(failure=Failure(table, "read", f"the table could not be read past row {number}: {stopped[0]}; "
+        yield Found(failure=Failure(table, Stage.READ, f"the table could not be read past row {number}: {stopped[0]}; "
                                                    "the rows before were read, and nothing is pruned"))
         return
     if not seen.count:

@@ -18,6 +18,7 @@ import codecs
 import re
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 
 BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
@@ -32,7 +33,7 @@ def decode_text(data: bytes) -> str:
         return text
     text = without_escapes(text)
     if _looks_binary(text):
-        raise InputError("decode", "binary content, not text (control characters in the decoded text)")
+        raise InputError(Stage.DECODE, "binary content, not text (control characters in the decoded text)")
     return without_controls(text)
 
 
@@ -78,16 +79,16 @@ def _decode(data: bytes) -> str:
     except UnicodeDecodeError:
         pass
     if b"\x00" in data[:4096] and not _utf16_like(data):
-        raise InputError("decode", "binary content, not text (NUL bytes)")
+        raise InputError(Stage.DECODE, "binary content, not text (NUL bytes)")
     from charset_normalizer import from_bytes
 
     best = from_bytes(data[: 1 << 20] if len(data) > 1 << 20 else data).best()
     if best is None:
-        raise InputError("decode", "binary content, not text (no text encoding fits)")
+        raise InputError(Stage.DECODE, "binary content, not text (no text encoding fits)")
     try:
         return data.decode(best.encoding)
     except (UnicodeDecodeError, LookupError):
-        raise InputError("decode", f"not valid {best.encoding} text") from None
+        raise InputError(Stage.DECODE, f"not valid {best.encoding} text") from None
 
 
 def _utf16_like(data: bytes) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Failure, Source
+from gpucli.core.stages import Stage
 from gpucli.inputs.own_outputs import is_output_dir, outputs_among
 from gpucli.inputs.scope import Found, WalkFilter, WalkReport
 from gpucli.inputs.stores.url import is_url
@@ -123,7 +124,7 @@ class _Walker:
             except OSError as exc:
                 rel = _rel(directory, self.base)
                 self.report.unlisted.append(rel)
-                yield [Failure(rel, "read", f"cannot list directory: {exc.strerror}")]
+                yield [Failure(rel, Stage.READ, f"cannot list directory: {exc.strerror}")]
                 continue
             if directory != root and is_output_dir(entries):
                 continue  # another gpucli output (a Parquet dataset, an embedded Qdrant): not an input
@@ -166,7 +167,7 @@ class _Walker:
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError as exc:
-                add(Failure(rel, "read", f"cannot stat: {exc.strerror}"))
+                add(Failure(rel, Stage.READ, f"cannot stat: {exc.strerror}"))
                 continue
             if not stat.S_ISREG(st.st_mode):  # replaced since the listing
                 out.extend(_unwrapped(self._file(entry.path, rel, explicit=False)))
@@ -189,7 +190,7 @@ class _Walker:
             link, is_dir = entry.is_symlink(), entry.is_dir(follow_symlinks=False)
         except OSError as exc:  # the type is unknown: it may be a directory, keep what is under it
             self.report.unlisted.append(rel)
-            yield Found(failure=Failure(rel, "read", f"cannot stat: {exc.strerror}"))
+            yield Found(failure=Failure(rel, Stage.READ, f"cannot stat: {exc.strerror}"))
             return
         if is_dir:
             subdirs.append((entry.path, real))
@@ -197,7 +198,7 @@ class _Walker:
             yield from self._file(entry.path, rel, explicit=False)
         elif _is_dir(entry):
             if not _inside(entry.path, real_root):
-                yield Found(failure=Failure(rel, "skip", "symlink to a directory outside the root; not followed"))
+                yield Found(failure=Failure(rel, Stage.SKIP, "symlink to a directory outside the root; not followed"))
             # else: its files are reached under their real path, each file once
         else:
             yield from self._alias(entry.path, rel, real_root, explicit=False)
@@ -209,11 +210,11 @@ class _Walker:
             return
         if os.path.islink(path) and not os.path.exists(path):
             reason = "symlink loop" if _is_loop(path) else f"dangling symlink (target {os.readlink(path)!r} missing)"
-            yield Found(failure=Failure(rel, "read", reason))
+            yield Found(failure=Failure(rel, Stage.READ, reason))
             return
         target = os.path.realpath(path)
         if not explicit and not _inside(target, real_root):
-            yield Found(failure=Failure(rel, "skip", "symlink leaves the root; not followed"))
+            yield Found(failure=Failure(rel, Stage.SKIP, "symlink leaves the root; not followed"))
             return
         if _excluded(target, self.exclude) or self._listed(target):
             return  # the output itself, or a file the walk of a directory root names by its real path
@@ -238,11 +239,11 @@ class _Walker:
         try:
             st = os.stat(path)
         except OSError as exc:
-            yield Found(failure=Failure(rel, "read", f"cannot stat: {exc.strerror}"))
+            yield Found(failure=Failure(rel, Stage.READ, f"cannot stat: {exc.strerror}"))
             return
         kind = stat.S_IFMT(st.st_mode)
         if kind != stat.S_IFREG:
-            yield Found(failure=Failure(rel, "read", f"not a regular file ({NON_REGULAR.get(kind, 'special file')})"))
+            yield Found(failure=Failure(rel, Stage.READ, f"not a regular file ({NON_REGULAR.get(kind, 'special file')})"))
             return
         if alias:
             if (st.st_dev, st.st_ino) in self.aliases:

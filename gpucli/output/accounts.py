@@ -20,6 +20,7 @@ from gpucli.core.decision import Status
 from gpucli.core.keys import with_path
 from gpucli.core.progress import Counts
 from gpucli.core.records import UNKNOWN_TOKENS, Failure, Items, ReadChunk, Source, concat_outputs, rows_to_table
+from gpucli.core.stages import Stage
 from gpucli.core.summary import RunSummary
 from gpucli.output.dedup import Copied, InRun
 from gpucli.output.output import Output
@@ -142,7 +143,7 @@ class Accounts:
             made = (self.task.item_rows if self.task.merges_rows else self.task.rows)(items, outputs)
         except Exception as exc:  # noqa: BLE001 - a bad output costs its inputs, not the run
             self._count(items)
-            self.fail_items(items, "infer", f"unusable model output: {type(exc).__name__}: {exc}")
+            self.fail_items(items, Stage.INFER, f"unusable model output: {type(exc).__name__}: {exc}")
             return
         self._place(items, *made)
 
@@ -151,7 +152,7 @@ class Accounts:
         the inputs of `bad` positions fail."""
         self._count(items)
         for position, reason in bad:
-            self.fail_source(int(items.source_ids[position]), "infer", reason)
+            self.fail_source(int(items.source_ids[position]), Stage.INFER, reason)
         if self.task.merges_rows:
             for position, row in rows:
                 sid = int(items.source_ids[position])
@@ -200,7 +201,7 @@ class Accounts:
         try:
             rows = self.task.finish(source, rows)
         except Exception as exc:  # noqa: BLE001
-            self.fail_source(sid, "infer", f"{type(exc).__name__}: {exc}")
+            self.fail_source(sid, Stage.INFER, f"{type(exc).__name__}: {exc}")
             return
         table = rows_to_table(rows, self.row_schema)
         self.buffer.add(table, np.full(len(rows), sid, np.int64), np.arange(len(rows), dtype=np.int64))
@@ -224,7 +225,7 @@ class Accounts:
 
     def record_failure(self, failure: Failure) -> None:
         known = self.output.failed(failure)
-        if failure.stage == "skip":
+        if failure.stage == Stage.SKIP:
             self.summary.skipped += 1
         else:
             self.summary.failed += 1
@@ -277,7 +278,7 @@ class Accounts:
     def lost(self, reason: str) -> None:
         """Inputs no result came back for (an engine that drops work): each a failure record."""
         for sid in [sid for sid in list(self.sources) if self.status[sid] in (OPEN, COMPLETE)]:
-            self.fail_source(sid, "infer", reason)
+            self.fail_source(sid, Stage.INFER, reason)
 
     def open_inputs(self) -> int:
         """Inputs handed to the models that still wait for results (in flight)."""

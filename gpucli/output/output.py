@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.core.errors import LedgerDamaged, LockedError, OutputError, RunFailedError, UsageError, os_error
 from gpucli.core.records import Failure, Source
+from gpucli.core.stages import Stage
 from gpucli.output.fingerprint import check_settings
 from gpucli.output.ledger import Ledger, made_with
 from gpucli.output.lock import RunLock
@@ -257,7 +258,7 @@ class Output:
         A skipped path (a file now a symlink that leaves the root) is no input any more: rows an
         earlier run made of it go, as a pruned input's do (its record is the skip)."""
         self.failures.add(failure)
-        if failure.stage == "skip":
+        if failure.stage == Stage.SKIP:
             if self.ledger.forget(failure.path):
                 self.pruned.add(failure.path)
             return False

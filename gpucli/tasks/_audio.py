@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,32 +47,32 @@ class Chunk:
 
 def decode(data: bytes, max_seconds: float = 0) -> np.ndarray:
     """Any audio container and codec PyAV reads -> int16 mono 16 kHz. Raises
-    `InputError("decode", ...)` for empty, non-audio, corrupt, truncated or frameless input,
+    `InputError(Stage.DECODE, ...)` for empty, non-audio, corrupt, truncated or frameless input,
     and for recordings over `max_seconds` (0 = no limit)."""
     if not data:
-        raise InputError("decode", "empty file (0 bytes)")
+        raise InputError(Stage.DECODE, "empty file (0 bytes)")
     wav_shortfall = _wav_shortfall(data)
     if wav_shortfall:
-        raise InputError("decode", f"truncated WAV: the header announces {wav_shortfall[0]} bytes of audio, "
+        raise InputError(Stage.DECODE, f"truncated WAV: the header announces {wav_shortfall[0]} bytes of audio, "
                                    f"the file holds {wav_shortfall[1]}")
     import av
 
     try:
         container = av.open(io.BytesIO(data), mode="r", metadata_errors="ignore")
     except (av.error.FFmpegError, ValueError, EOFError) as exc:
-        raise InputError("decode", f"not a readable audio file ({_reason(exc)})") from None
+        raise InputError(Stage.DECODE, f"not a readable audio file ({_reason(exc)})") from None
     with container:
         if not container.streams.audio:
-            raise InputError("decode", "no audio stream in this file")
+            raise InputError(Stage.DECODE, "no audio stream in this file")
         stream = container.streams.audio[0]
         declared = _declared_seconds(container, stream, data)
         pcm, errors = _decode_stream(container, stream, max_seconds)
     seconds = len(pcm) / SAMPLE_RATE
     if len(pcm) == 0:
         detail = f" ({errors} unreadable packets)" if errors else ""
-        raise InputError("decode", f"no audio frames could be decoded{detail}")
+        raise InputError(Stage.DECODE, f"no audio frames could be decoded{detail}")
     if declared and seconds < declared * 0.98 - 0.05:
-        raise InputError("decode", f"truncated: decoded {seconds:.2f} s of the {declared:.2f} s the header announces")
+        raise InputError(Stage.DECODE, f"truncated: decoded {seconds:.2f} s of the {declared:.2f} s the header announces")
     return pcm
 
 
@@ -94,7 +95,7 @@ def _decode_stream(container: Any, stream: Any, max_seconds: float) -> tuple[np.
             parts.append(array)
             total += len(array)
         if limit and total > limit:
-            raise InputError("decode", f"longer than --max-duration-s {max_seconds:g} s; raise the limit to read it")
+            raise InputError(Stage.DECODE, f"longer than --max-duration-s {max_seconds:g} s; raise the limit to read it")
 
     frames = container.decode(stream)
     while True:
@@ -108,7 +109,7 @@ def _decode_stream(container: Any, stream: Any, max_seconds: float) -> tuple[np.
         except av.error.EOFError:
             break
         except av.error.FFmpegError as exc:
-            raise InputError("decode", f"cannot decode audio ({_reason(exc)})") from None
+            raise InputError(Stage.DECODE, f"cannot decode audio ({_reason(exc)})") from None
         frame.pts = None
         fifo.write(frame)
         if fifo.samples >= _GROUP_SAMPLES:

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpucli.core.errors import InputError
 from gpucli.core.records import Failure, Source
+from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document, format_for
 from gpucli.inputs.limited import LimitedPool, Limits, default_size
 from gpucli.inputs.tables import Record
@@ -55,7 +56,7 @@ class Documents:
             if type(doc) is Document and doc.text.strip():
                 kept.append((source, doc))
             elif type(doc) is Document:
-                failures.append(Failure(source.path, "decode", "no text (the file holds only whitespace)"))
+                failures.append(Failure(source.path, Stage.DECODE, "no text (the file holds only whitespace)"))
             else:
                 failures.append(Failure(source.path, doc.stage, str(doc)))
         return kept, failures

@@ -40,6 +40,7 @@ import numpy as np
 
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Failure, Items, Source
+from gpucli.core.stages import Stage
 from gpucli.models.hub import check_package, hub_info, resolve_model_dir
 from gpucli.tasks._images import IMAGE_SUFFIXES, ShmBatch, ShmPool, open_image, read_batch, stack
 from gpucli.tasks._unknown import Unknown
@@ -239,7 +240,7 @@ class ImageTextTask(EmbedTask):
         texts = [i for i in range(len(sources)) if i not in set(images)]
         blocks, failures = [], []
         if texts and self.tokenizer is None:
-            failures.extend(Failure(sources[i].path, "preprocess", self._no_fast_tokenizer) for i in texts)
+            failures.extend(Failure(sources[i].path, Stage.PREPROCESS, self._no_fast_tokenizer) for i in texts)
         elif texts:
             block, failed = super().prepare_many([sources[i] for i in texts], [datas[i] for i in texts])
             failures.extend(failed)
@@ -253,7 +254,7 @@ class ImageTextTask(EmbedTask):
             except InputError as exc:
                 failures.append(Failure(sources[i].path, exc.stage, str(exc)))
             except Exception as exc:  # noqa: BLE001 - a decoder or processor bug costs one file
-                failures.append(Failure(sources[i].path, "preprocess", f"{type(exc).__name__}: {exc}"))
+                failures.append(Failure(sources[i].path, Stage.PREPROCESS, f"{type(exc).__name__}: {exc}"))
         if kept:
             blocks.append(_image_items(kept, pixels, self.image_cost))
         return (Items.concat(blocks) if blocks else None), failures

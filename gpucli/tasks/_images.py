@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.core import leftovers
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 
 if TYPE_CHECKING:
     import numpy as np
@@ -62,12 +63,12 @@ def open_image(data: bytes, draft: tuple[int, int] | None = None) -> Image.Image
 
     `draft` lets a JPEG decode at 1/2, 1/4 or 1/8 scale while staying at least that size:
     a 12-megapixel photo cut to 224 pixels need not be decoded in full.
-    Raises `InputError("decode", reason)` for anything that is not a readable image.
+    Raises `InputError(Stage.DECODE, reason)` for anything that is not a readable image.
     """
     from PIL import Image, UnidentifiedImageError
 
     if not data:
-        raise InputError("decode", "empty file (0 bytes)")
+        raise InputError(Stage.DECODE, "empty file (0 bytes)")
     guard_decompression_bombs()
     try:
         im = Image.open(io.BytesIO(data), formats=_available_formats())
@@ -79,11 +80,11 @@ def open_image(data: bytes, draft: tuple[int, int] | None = None) -> Image.Image
     except InputError:
         raise
     except UnidentifiedImageError:
-        raise InputError("decode", _not_an_image(data)) from None
+        raise InputError(Stage.DECODE, _not_an_image(data)) from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise InputError("decode", f"decompression bomb refused: {exc}") from None
+        raise InputError(Stage.DECODE, f"decompression bomb refused: {exc}") from None
     except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, EOFError... on bad bytes
-        raise InputError("decode", f"{type(exc).__name__}: {exc}") from None
+        raise InputError(Stage.DECODE, f"{type(exc).__name__}: {exc}") from None
 
 
 def _available_formats() -> tuple[str, ...]:
@@ -100,7 +101,7 @@ def _check_pixels(im: Image.Image) -> None:
     limit = Image.MAX_IMAGE_PIXELS
     width, height = im.size
     if limit and width * height > limit:
-        raise InputError("decode", f"decompression bomb refused: {width}x{height} pixels is over the limit of {limit}")
+        raise InputError(Stage.DECODE, f"decompression bomb refused: {width}x{height} pixels is over the limit of {limit}")
 
 
 def _not_an_image(data: bytes) -> str:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from gpucli.core.stages import Stage
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -165,12 +167,12 @@ class Task:
             try:
                 got = self.prepare(source, data)
                 if not got:
-                    raise InputError("preprocess", "nothing to process in this file")
+                    raise InputError(Stage.PREPROCESS, "nothing to process in this file")
                 items.extend(got)
             except InputError as exc:
                 failures.append(Failure(source.path, exc.stage, str(exc)))
             except Exception as exc:  # noqa: BLE001 - a decoder bug must cost one file, not the run
-                failures.append(Failure(source.path, "preprocess", f"{type(exc).__name__}: {exc}"))
+                failures.append(Failure(source.path, Stage.PREPROCESS, f"{type(exc).__name__}: {exc}"))
         return (Items.from_items(items) if items else None), failures
 
     def row(self, item: Item, output: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from gpucli.core.errors import InputError, UsageError
 from gpucli.core.records import UNKNOWN_TOKENS, Failure, Item, Items, Ragged, Source
+from gpucli.core.stages import Stage
 from gpucli.core.vectors import VECTOR_TYPES, Stored
 from gpucli.inputs.extract import extractor_versions, format_for
 from gpucli.inputs.extract import suffixes as document_suffixes
@@ -342,11 +343,11 @@ class EmbedTask(Task):
         cut = WindowBlock(self.window, self.options.chunk_overlap)
         for (source, doc), (ids, offsets) in zip(docs, self.tokens.tokenize([doc.text for _, doc in docs])):
             if len(ids) == 0:
-                failures.append(Failure(source.path, "preprocess", "the tokenizer found no tokens in this text"))
+                failures.append(Failure(source.path, Stage.PREPROCESS, "the tokenizer found no tokens in this text"))
                 continue
             refused = None if self.options.allow_unknown_tokens else self.unknown.refusal(doc.text, ids, offsets)
             if refused is not None:
-                failures.append(Failure(source.path, "preprocess", refused, cause=UNKNOWN_TOKENS))
+                failures.append(Failure(source.path, Stage.PREPROCESS, refused, cause=UNKNOWN_TOKENS))
             else:
                 cut.add(source.id, doc, ids, offsets)
         extra = len(self.prefix) + len(self.prompt_ids) + len(self.suffix)

@@ -65,7 +65,7 @@ def test_the_package_imports_only_the_standard_library_at_module_level():
     imported = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
     stdlib_roots = set(sys.stdlib_module_names) | {"__future__"}
-    assert {name for name in imported if name.split(".")[0] not in stdlib_roots} == {"gpucli.core.errors"}
+    assert {name for name in imported if name.split(".")[0] not in stdlib_roots} == {"gpucli.core.errors", "gpucli.core.stages"}
 
 
 def test_extractor_versions_name_the_library_and_its_version_for_each_format():

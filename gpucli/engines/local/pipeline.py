@@ -27,6 +27,7 @@ from gpucli.core.config import RunConfig
 from gpucli.core.errors import EXIT_SIGINT, EXIT_SIGTERM, OutputError
 from gpucli.core.progress import Progress, tick
 from gpucli.core.signals import LoopSignals
+from gpucli.core.stages import Stage
 from gpucli.core.summary import RunSummary
 from gpucli.engines.batching import END, Batcher, BlockQueue
 from gpucli.engines.job import Job
@@ -238,7 +239,7 @@ class Pipeline:
                 self.writer.added()
             case BatchFailed(batch=batch, reason=reason):
                 with errors_stop_the_pool(self.pool):
-                    self.job.accounts.fail_items(batch.items, "infer", reason)
+                    self.job.accounts.fail_items(batch.items, Stage.INFER, reason)
             case OutOfMemory(batch_size=batch_size):
                 self._oom, said = after_oom(self._oom, batch_size)
                 if said:

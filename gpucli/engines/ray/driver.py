@@ -31,6 +31,7 @@ from gpucli.core.errors import OutputError, RunFailedError, WorkerSetupError
 from gpucli.core.progress import Counts, Progress
 from gpucli.core.records import Failure, ReadChunk, Source
 from gpucli.core.signals import DriverStops
+from gpucli.core.stages import Stage
 from gpucli.core.summary import RunSummary
 from gpucli.engines.job import Job
 from gpucli.inputs.scope import Found
@@ -127,7 +128,7 @@ class RayJob:
         with self.stops.held():
             self._flush(force=True)  # complete inputs durable first: `lost` fails what is still open
             for source in self.sent.values():
-                self.job.accounts.record_failure(Failure(source.path, "infer", LOST))
+                self.job.accounts.record_failure(Failure(source.path, Stage.INFER, LOST))
             self.sent.clear()
             self.job.accounts.lost(LOST)
 
@@ -209,7 +210,7 @@ class RayJob:
                 self.sent.pop(sid, None)
             accounts.read(data)
         elif row["error"] is not None:
-            accounts.fail_items(data, "infer", row["error"])
+            accounts.fail_items(data, Stage.INFER, row["error"])
         else:
             accounts.outputs(data, pickle.loads(row["output"]))
 

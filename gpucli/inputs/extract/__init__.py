@@ -5,7 +5,7 @@ Pure and process-free: no files, no network, no subprocesses; the caller reads t
 owns time limits. This module imports nothing heavy: each format's library is imported on the
 first call of its extractor (`gpucli --help` must not load PDFium or lxml).
 
-Every failure of a document, from our code or a library's, is an InputError("decode", reason):
+Every failure of a document, from our code or a library's, is an InputError(Stage.DECODE, reason):
 a bad file or a decoder bug costs that file, never the run. MemoryError alone passes through:
 the pool that runs extractors under a memory cap reports it with the cap.
 """
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,16 +58,16 @@ class LazyExtractor:
         try:
             run = getattr(importlib.import_module(self.module), self.function)
         except ImportError as error:
-            raise InputError("decode", f"{self.label} files need {self.library} ({error}): "
+            raise InputError(Stage.DECODE, f"{self.label} files need {self.library} ({error}): "
                                        f"pip install {self.library}") from None
         try:
             document = run(data)
         except (InputError, MemoryError):
             raise  # MemoryError: the caller's memory cap (gpucli/inputs/limited.py) names the bound, not the file
         except Exception as error:  # a library's bug or a broken file: one failure, not the run
-            raise InputError("decode", f"not a valid {self.label} file ({short_reason(error)})") from error
+            raise InputError(Stage.DECODE, f"not a valid {self.label} file ({short_reason(error)})") from error
         if not document.text.strip():
-            raise InputError("decode", f"no text in this {self.label} file")
+            raise InputError(Stage.DECODE, f"no text in this {self.label} file")
         return document
 
 

@@ -12,6 +12,7 @@ import io
 import zipfile
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 
 MAX_UNCOMPRESSED = 256 << 20  # all members together: far above any real office file's XML
 MAX_MEMBERS = 100_000
@@ -26,12 +27,12 @@ OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # a compound file: Office encry
 def open_zip(data: bytes, label: str) -> zipfile.ZipFile:
     """The archive, or InputError('decode', why) when it is not a zip or looks like a bomb."""
     if data.startswith(OLE_MAGIC):
-        raise InputError("decode", f"not a valid {label} file (an OLE compound file: a password-protected "
+        raise InputError(Stage.DECODE, f"not a valid {label} file (an OLE compound file: a password-protected "
                                    "document, or a legacy .doc/.ppt renamed); not read")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError):
-        raise InputError("decode", f"not a valid {label} file (not a zip archive)") from None
+        raise InputError(Stage.DECODE, f"not a valid {label} file (not a zip archive)") from None
     try:
         check_bomb(archive.infolist())
     except InputError:
@@ -43,15 +44,15 @@ def open_zip(data: bytes, label: str) -> zipfile.ZipFile:
 def check_bomb(members: list[zipfile.ZipInfo]) -> None:
     """Refuse an archive whose declared sizes or ratios could exhaust memory when inflated."""
     if len(members) > MAX_MEMBERS:
-        raise InputError("decode", f"zip bomb refused: {len(members):,} members (the bound is {MAX_MEMBERS:,})")
+        raise InputError(Stage.DECODE, f"zip bomb refused: {len(members):,} members (the bound is {MAX_MEMBERS:,})")
     total = sum(member.file_size for member in members)
     if total > MAX_UNCOMPRESSED:
-        raise InputError("decode", f"zip bomb refused: its members declare {_mib(total)} uncompressed "
+        raise InputError(Stage.DECODE, f"zip bomb refused: its members declare {_mib(total)} uncompressed "
                                    f"(the bound is {_mib(MAX_UNCOMPRESSED)}); nothing was inflated")
     for member in members:
         ratio = member.file_size / max(member.compress_size, 1)
         if member.file_size > RATIO_FROM and ratio > MAX_RATIO:
-            raise InputError("decode", f"zip bomb refused: {member.filename!r} declares {_mib(member.file_size)} "
+            raise InputError(Stage.DECODE, f"zip bomb refused: {member.filename!r} declares {_mib(member.file_size)} "
                                        f"from {member.compress_size:,} bytes ({ratio:,.0f}x; the bound is "
                                        f"{MAX_RATIO}x); nothing was inflated")
 

@@ -13,6 +13,7 @@ from email import message_from_bytes, policy
 from email.message import EmailMessage
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
 from gpucli.inputs.extract._layout import join_lines, join_paragraphs
 from gpucli.inputs.extract.htmltext import html_to_text
@@ -24,7 +25,7 @@ def extract_eml(data: bytes) -> Document:
     """Headers, then the body text; no pages."""
     message = message_from_bytes(data, policy=policy.default)
     if not message.keys():
-        raise InputError("decode", "not a valid e-mail file (no headers)")
+        raise InputError(Stage.DECODE, "not a valid e-mail file (no headers)")
     parts = list(_text_parts(message))
     plain = [_content(part) for part in parts if part.get_content_type() == "text/plain"]
     bodies = plain or [html_to_text(_content(part)) for part in parts if part.get_content_type() == "text/html"]

@@ -18,6 +18,7 @@ from urllib.parse import unquote
 from defusedxml import ElementTree
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
 from gpucli.inputs.extract._layout import join_paragraphs
 from gpucli.inputs.extract._zip import open_zip
@@ -40,7 +41,7 @@ def extract_epub(data: bytes) -> Document:
 def _chapter_texts(archive: zipfile.ZipFile) -> Iterator[str]:
     names = spine(archive)
     if set(names) & _encrypted(archive):
-        raise InputError("decode", "encrypted EPUB (DRM): its chapters cannot be read without the key; not read")
+        raise InputError(Stage.DECODE, "encrypted EPUB (DRM): its chapters cannot be read without the key; not read")
     for name in names:
         try:
             content = archive.read(name)
@@ -61,7 +62,7 @@ def spine(archive: zipfile.ZipFile) -> list[str]:
         if item is not None and item.get("media-type") in CHAPTER_TYPES and item.get("href"):
             names.append(posixpath.normpath(posixpath.join(base, unquote(item.get("href").split("#")[0]))))
     if not names:
-        raise InputError("decode", "not a valid EPUB file (its spine names no XHTML chapter)")
+        raise InputError(Stage.DECODE, "not a valid EPUB file (its spine names no XHTML chapter)")
     return names
 
 
@@ -78,11 +79,11 @@ def _rootfile(archive: zipfile.ZipFile) -> str:
     for rootfile in container.iter(f"{_CONTAINER_NS}rootfile"):
         if rootfile.get("full-path"):
             return rootfile.get("full-path")
-    raise InputError("decode", f"not a valid EPUB file ({CONTAINER} names no package file)")
+    raise InputError(Stage.DECODE, f"not a valid EPUB file ({CONTAINER} names no package file)")
 
 
 def _parse(archive: zipfile.ZipFile, name: str):
     try:
         return ElementTree.fromstring(archive.read(name))
     except KeyError:
-        raise InputError("decode", f"not a valid EPUB file (no {name} in the zip)") from None
+        raise InputError(Stage.DECODE, f"not a valid EPUB file (no {name} in the zip)") from None

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
 from gpucli.inputs.extract._layout import join_paragraphs
 
@@ -22,9 +23,9 @@ def extract_ipynb(data: bytes) -> Document:
     try:
         notebook = json.loads(data)
     except (UnicodeDecodeError, ValueError) as error:
-        raise InputError("decode", f"not a valid Jupyter notebook file (not JSON: {error})") from None
+        raise InputError(Stage.DECODE, f"not a valid Jupyter notebook file (not JSON: {error})") from None
     if not isinstance(notebook, dict) or not ("cells" in notebook or "worksheets" in notebook):
-        raise InputError("decode", "not a valid Jupyter notebook file (no cells)")
+        raise InputError(Stage.DECODE, "not a valid Jupyter notebook file (no cells)")
     return Document(join_paragraphs(_sources(notebook)))
 
 

@@ -15,6 +15,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
 from gpucli.inputs.extract._layout import paged
 
@@ -41,18 +42,18 @@ def extract_pdf(data: bytes) -> Document:
         finally:
             document.close()
     if not any(text.strip() for text in texts):
-        raise InputError("decode", NO_TEXT_LAYER if texts else "no pages in this PDF file")
+        raise InputError(Stage.DECODE, NO_TEXT_LAYER if texts else "no pages in this PDF file")
     return paged(texts)
 
 
 def _open(data: bytes) -> pdfium.PdfDocument:
     if b"%PDF-" not in data[:1024]:  # the spec allows junk before the header, within 1 KB
-        raise InputError("decode", "not a valid PDF file (no %PDF- header)")
+        raise InputError(Stage.DECODE, "not a valid PDF file (no %PDF- header)")
     try:
         return pdfium.PdfDocument(data)
     except pdfium.PdfiumError as error:
         reason = _LOAD_ERRORS.get(error.err_code, f"not a valid PDF file ({error})")
-        raise InputError("decode", reason) from None
+        raise InputError(Stage.DECODE, reason) from None
 
 
 def _page_text(document: pdfium.PdfDocument, index: int) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from striprtf.striprtf import rtf_to_text
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
 from gpucli.inputs.extract._layout import group_items, join_paragraphs
 
@@ -24,7 +25,7 @@ _BULLET = re.compile(r"^\s*(?:[\u2022\u25e6\u25aa\u00b7*-]|\d{1,3}[.)])\s")
 def extract_rtf(data: bytes) -> Document:
     """The text of an RTF document; no pages (RTF page breaks are layout, not content)."""
     if not data.lstrip()[:5] == b"{\\rtf":
-        raise InputError("decode", "not a valid RTF file (it does not start with {\\rtf)")
+        raise InputError(Stage.DECODE, "not a valid RTF file (it does not start with {\\rtf)")
     text = rtf_to_text(_source(data), errors="replace")
     return Document(join_paragraphs(group_items(_blocks(_CELL_PARAGRAPH.sub("|", text)))))
 

@@ -19,6 +19,7 @@ from defusedxml import DefusedXmlException, EntitiesForbidden, ExternalReference
 from defusedxml.ElementTree import fromstring
 
 from gpucli.core.errors import InputError
+from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
 from gpucli.inputs.extract._layout import join_paragraphs
 
@@ -33,15 +34,15 @@ def parse(data: bytes) -> Element:
     try:
         return fromstring(data)
     except EntitiesForbidden as error:
-        raise InputError("decode", f"XML entity declarations are refused, never expanded (<!ENTITY {error.name}>: "
+        raise InputError(Stage.DECODE, f"XML entity declarations are refused, never expanded (<!ENTITY {error.name}>: "
                                    "a billion-laughs or external-entity (XXE) attack?)") from None
     except ExternalReferenceForbidden as error:
-        raise InputError("decode", f"XML external references are refused, never fetched "
+        raise InputError(Stage.DECODE, f"XML external references are refused, never fetched "
                                    f"({error.sysid or error.pubid})") from None
     except DefusedXmlException as error:
-        raise InputError("decode", f"XML refused: {error}") from None
+        raise InputError(Stage.DECODE, f"XML refused: {error}") from None
     except ParseError as error:
-        raise InputError("decode", f"not well-formed XML ({error})") from None
+        raise InputError(Stage.DECODE, f"not well-formed XML ({error})") from None
 
 
 def _paragraphs(root: Element) -> Iterator[str]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Failure, Source
+from gpucli.core.stages import Stage
 from gpucli.inputs.stores import filesystems
 from gpucli.inputs.stores.retry import reason, retrying
 from gpucli.inputs.stores.url import PROTOCOLS, StoreUrl, common_root, is_url, redact, relative
@@ -115,7 +116,7 @@ class _Lister:
         except Exception as exc:  # noqa: BLE001 - any listing error: nothing under it is pruned
             self.report.unlisted.append(rel_dir)
             where = redact(str(StoreUrl(self.base.protocol, self.base.bucket, prefix)))
-            yield [Failure(rel_dir, "read", f"cannot list {where}/: {reason(exc, 'list')}")]
+            yield [Failure(rel_dir, Stage.READ, f"cannot list {where}/: {reason(exc, 'list')}")]
 
     def _s3_pages(self, prefix: str) -> Iterator[tuple[list[dict], list[str]]]:
         """(objects, sub-prefixes) of each page of ListObjectsV2 under `prefix/`."""

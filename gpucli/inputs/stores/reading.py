@@ -15,6 +15,7 @@ from typing import Any
 
 from gpucli.core.errors import InputError
 from gpucli.core.records import Source
+from gpucli.core.stages import Stage
 from gpucli.inputs.stores import filesystems
 from gpucli.inputs.stores.retry import reason, retrying
 from gpucli.inputs.stores.url import StoreUrl
@@ -41,7 +42,7 @@ async def _fetch_all(fs: Any, sources: list[Source], max_bytes: int) -> list[byt
             try:
                 data = await retrying(lambda: fs._cat_file(source.abspath))
             except Exception as exc:  # noqa: BLE001 - every error of one object is its own failure record
-                return InputError("read", reason(exc))
+                return InputError(Stage.READ, reason(exc))
         return _refused(len(data), max_bytes) or data
 
     return list(await asyncio.gather(*(one(s) for s in sources)))
@@ -50,8 +51,8 @@ async def _fetch_all(fs: Any, sources: list[Source], max_bytes: int) -> list[byt
 def _refused(size: int, max_bytes: int) -> InputError | None:
     """The reader's rules for a local file (reader._read_bytes), in its words, for an object's size."""
     if size > max_bytes:
-        return InputError("read", f"file is {size / 2**20:.1f} MiB, over --max-file-mb {max_bytes / 2**20:g}; "
+        return InputError(Stage.READ, f"file is {size / 2**20:.1f} MiB, over --max-file-mb {max_bytes / 2**20:g}; "
                                   "raise the limit to read it")
     if size == 0:
-        return InputError("read", "empty file (0 bytes)")
+        return InputError(Stage.READ, "empty file (0 bytes)")
     return None
