@@ -21,8 +21,11 @@ pytest.importorskip("onnx")
 
 from gpucli.core.errors import UsageError  # noqa: E402
 from gpucli.models.backends import onnx as ob  # noqa: E402
-from gpucli.models.backends import onnx_session  # noqa: E402
-from gpucli.models.backends import onnx_available, worker_threads  # noqa: E402
+from gpucli.models.backends import (  # noqa: E402
+    onnx_available,
+    onnx_session,  # noqa: E402
+    worker_threads,
+)
 from gpucli.models.backends import onnx_cache as oc  # noqa: E402
 from gpucli.models.backends import onnx_export as ox  # noqa: E402
 from gpucli.models.backends import onnx_image as oi  # noqa: E402
