@@ -158,9 +158,7 @@ def _exit_without_teardown(exc: SystemExit) -> None:
     status = code if isinstance(code, int) else (0 if code is None else 1)
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    _join_threads(EXIT_JOIN_S)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -168,6 +166,22 @@ def _exit_without_teardown(exc: SystemExit) -> None:
         except (OSError, ValueError):  # a closed pipe (`gpucli ... | head`): nothing more to say
             pass
     os._exit(status)
+
+
+EXIT_JOIN_S = 10.0  # what the other threads get to finish once the run has ended and said so
+
+
+def _join_threads(deadline_s: float) -> None:
+    """Join the other non-daemon threads, as the interpreter would, but within a deadline: the
+    run's outcome is durable and printed by now, and a thread left waiting (an executor's idle
+    worker after a sink failed, a send to a dead pipe) must not keep a cron job alive forever
+    (issue 41: a full disk printed its error, then never exited)."""
+    import time
+
+    end = time.monotonic() + deadline_s
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, end - time.monotonic()))
 
 
 def _version(value: bool) -> None:

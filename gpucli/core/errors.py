@@ -65,6 +65,15 @@ class OutputError(RunFailedError):
         self.summary = None
         super().__init__(f"{self.path}: {cause}" + (f"; {hint}" if hint else ""))
 
+    @property
+    def full(self) -> bool:
+        """The file system is full or over quota: the run failed (exit 3) wherever it met it,
+        before any work too, since the same command succeeds once there is space (issue 41)."""
+        return any(mark in self.cause for mark in FULL_MARKS)
+
+
+FULL_MARKS = ("[ENOSPC]", "[EDQUOT]", "SQLITE_FULL", "No space left on device")
+
 
 class LedgerDamaged(OutputError):
     """The ledger's file is not a readable SQLite database (truncated, overwritten): no run

@@ -135,6 +135,8 @@ class Output:
                 exc = os_error(exc, str(self.sink.state_dir))
             if isinstance(exc, LedgerDamaged):
                 raise UsageError(f"--out {self.display}: its ledger {exc}") from None
+            if isinstance(exc, OutputError) and exc.full:  # no space: the run failed (exit 3), not the usage
+                raise exc from None
             if isinstance(exc, OutputError):  # before any work: the output cannot be used (exit 2)
                 raise UsageError(f"--out {self.display}: cannot use it: {exc.cause} ({exc.path})") from None
             raise

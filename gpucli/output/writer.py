@@ -80,17 +80,19 @@ class Writer:
             await self._task
 
     async def _loop(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.flush_s)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
-            await self._flush()
-            if self._closed:
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.flush_s)
+                except asyncio.TimeoutError:
+                    pass
+                self._wake.clear()
                 await self._flush()
-                self._thread.shutdown(wait=False)
-                return
+                if self._closed:
+                    await self._flush()
+                    return
+        finally:  # a sink that failed (a full disk) ends the loop too: the thread must not outlive it,
+            self._thread.shutdown(wait=False)  # or the process waits for it at exit (issue 41)
 
     async def _flush(self) -> None:
         part = self.accounts.take_part()

@@ -76,8 +76,8 @@ class Pipeline:
                 await self._run_opened()
             else:
                 self.job.close(written=True)
-        except OutputError as exc:  # the output side failed mid-run: the summary goes with the error
-            if self.job.opened:
+        except OutputError as exc:  # the output side failed mid-run (or found no space): the summary goes with it
+            if self.job.opened or exc.full:
                 exc.summary = self._finish(exc)
             raise
         finally:

@@ -72,8 +72,8 @@ class RayJob:
         with self.stops.installed():  # to the summary; then the handlers from before (not ray.init's)
             try:
                 return self._run(connector)
-            except OutputError as exc:  # the output side failed mid-run: the summary goes with the error
-                if self.job.opened:
+            except OutputError as exc:  # the output side failed mid-run (or found no space): the summary goes with it
+                if self.job.opened or exc.full:
                     exc.summary = self._finish(exc)
                 raise
 
