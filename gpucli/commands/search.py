@@ -31,8 +31,7 @@ from typing import Any
 
 from gpucli.core.errors import GpucliError, InputError, RunFailedError, UsageError
 from gpucli.core.terminal import cut, fit, width_of
-from gpucli.output.sinks.qdrant import Connection, is_qdrant, parse_target, vector_params
-from gpucli.output.sinks.qdrant.sink import SPARSE_VECTOR
+from gpucli.output.sinks.qdrant import SPARSE_VECTOR, Connection, is_qdrant, parse_target, vector_params
 
 BATCH_ROWS = 16_384
 HIT_COLUMNS = ("path", "chunk", "page", "text", "char_start", "char_end", "modality")  # what a hit shows

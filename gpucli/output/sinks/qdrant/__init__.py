@@ -13,13 +13,18 @@ The package, by role:
     state_dir.py   where the ledger, lock and failures file live; moving a ledger of an earlier version
     connection.py  the client, retries with backoff within a budget, error messages
     embedded.py    embedded mode's durability (one SQLite sync per write)
-    sink.py        the sink: collection checks, upserts, stale chunks, reset and prune
+    collection.py  what a run needs of the collection: checking an existing one, creating one
+    points.py      rows as points (deterministic ids, payloads, sparse vectors) and their upserts
+    deletes.py     stale chunks of a shorter new version, removed inputs (prune), everything (--full)
+    sink.py        the sink: composes the above in open, write, reset, supersede and close
 """
 
+from gpucli.output.sinks.qdrant.collection import SPARSE_VECTOR, vector_params
 from gpucli.output.sinks.qdrant.connection import Connection, Retry, server_message
 from gpucli.output.sinks.qdrant.embedded import group_commits
-from gpucli.output.sinks.qdrant.sink import NAMESPACE, QdrantSink, chunk_counts, point_id, vector_params
+from gpucli.output.sinks.qdrant.points import NAMESPACE, chunk_counts, point_id
+from gpucli.output.sinks.qdrant.sink import QdrantSink
 from gpucli.output.sinks.qdrant.target import API_KEY_ENV, Target, is_qdrant, parse_target
 
-__all__ = ["API_KEY_ENV", "NAMESPACE", "Connection", "QdrantSink", "Retry", "Target", "chunk_counts",
+__all__ = ["API_KEY_ENV", "NAMESPACE", "SPARSE_VECTOR", "Connection", "QdrantSink", "Retry", "Target", "chunk_counts",
            "group_commits", "is_qdrant", "parse_target", "point_id", "server_message", "vector_params"]
