@@ -16,7 +16,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from gpucli import engines
-from gpucli.app.cli import _print_summary, app, models_table
+from gpucli.app.cli import app
+from gpucli.app.other_commands import models_table
+from gpucli.app.summary_lines import print_summary
 
 runner = CliRunner()
 
@@ -275,12 +277,12 @@ def summary(failures_file: str, **counts) -> SimpleNamespace:
 def test_the_failures_file_is_named_only_when_it_holds_records(tmp_path, capsys):
     failures = tmp_path / "o.failures.jsonl"
     failures.write_text("")
-    _print_summary(summary(str(failures)))  # an unchanged rerun: 5 skipped, nothing listed
+    print_summary(summary(str(failures)))  # an unchanged rerun: 5 skipped, nothing listed
     assert "failures and skips" not in capsys.readouterr().err
     failures.write_text('{"path": "a.txt", "stage": "decode", "error": "x"}\n')
-    _print_summary(summary(str(failures), failed=1, exit_code=1))
+    print_summary(summary(str(failures), failed=1, exit_code=1))
     assert f"failures and skips: {failures}" in capsys.readouterr().err
-    _print_summary(summary(str(tmp_path / "missing.jsonl"), failed=1))
+    print_summary(summary(str(tmp_path / "missing.jsonl"), failed=1))
     assert "failures and skips" not in capsys.readouterr().err
 
 

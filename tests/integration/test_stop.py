@@ -265,7 +265,7 @@ def test_a_second_sigterm_that_ends_a_stopping_run_at_once_exits_143_not_130():
     Ctrl-C: 130)."""
     import typer
 
-    from gpucli.app.cli import _exit_codes
+    from gpucli.app.boundary import exit_codes
     from gpucli.core.signals import DriverStops
 
     stops = DriverStops()
@@ -279,7 +279,7 @@ def test_a_second_sigterm_that_ends_a_stopping_run_at_once_exits_143_not_130():
                 time.sleep(0.05)
     for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
         with pytest.raises(typer.Exit) as ended:
-            with _exit_codes():
+            with exit_codes():
                 raise type(second.value)(sig)
         assert ended.value.exit_code == code
     assert second.value.signum == signal.SIGTERM

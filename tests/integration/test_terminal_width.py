@@ -59,7 +59,7 @@ def assert_fits(lines: list[str]) -> None:
 
 RUN = textwrap.dedent("""
     import sys
-    from gpucli.app.cli import _print_summary
+    from gpucli.app.summary_lines import print_summary
     from gpucli.core.config import RunConfig
     from gpucli.engines.local.pipeline import run
     from tests.fake_task import FAKE
@@ -68,7 +68,7 @@ RUN = textwrap.dedent("""
         root, out = sys.argv[1], sys.argv[2]
         config = RunConfig(task=FAKE, paths=(root,), out=out, progress="rich", devices="cpu", workers_per_device=1,
                            task_options={"sleep_ms": 20.0})
-        _print_summary(run(config))
+        print_summary(run(config))
 """)
 
 

@@ -1,0 +1,146 @@
+"""The command line's boundary: whatever ends a command becomes one line on stderr and an exit code.
+
+Typed errors exit with their own code (gpucli/core/errors.py), Ctrl-C with 130, SIGTERM with
+143, a reader that left the pipe with 141, and anything unexpected with 3: a bug, whose
+traceback GPUCLI_DEBUG=1 shows (never by default: a log gets one line). The console script then
+leaves without the interpreter's teardown, once what an exit must still do is done.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+import typer
+
+from gpucli.core.errors import EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, GpucliError
+
+EXIT_BROKEN_PIPE = 128 + 13  # what a C tool killed by SIGPIPE exits with (`set -o pipefail` sees it)
+EXIT_JOIN_S = 10.0  # what the other threads get to finish once the run has ended and said so
+
+
+class Terminated(BaseException):
+    """SIGTERM outside the engine's own handling (imports, set-up). A BaseException, as
+    KeyboardInterrupt is, so that no `except Exception` on the way swallows it."""
+
+
+@contextmanager
+def exit_codes() -> Iterator[None]:
+    """Whatever ends a command early becomes one line on stderr and its exit code: typed
+    errors their own, Ctrl-C 130, SIGTERM 143, anything unexpected 3 (a bug: the traceback
+    is shown with GPUCLI_DEBUG=1, never by default)."""
+    debug = bool(os.environ.get("GPUCLI_DEBUG"))
+    try:
+        yield
+    except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+        raise  # Typer's and Click's own ends (typer.Exit is a RuntimeError): not ours to translate
+    except GpucliError as exc:
+        if debug:
+            raise
+        error(str(exc))
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt as exc:
+        if getattr(exc, "signum", signal.SIGINT) == signal.SIGTERM:  # gpucli.core.signals.Interrupted
+            error("terminated (SIGTERM)")
+            raise typer.Exit(EXIT_SIGTERM) from None
+        error("interrupted (Ctrl-C)")
+        raise typer.Exit(EXIT_SIGINT) from None
+    except Terminated:
+        error("terminated (SIGTERM)")
+        raise typer.Exit(EXIT_SIGTERM) from None
+    except BrokenPipeError:  # `gpucli search ... | head`: the reader left; not a bug
+        _silence_stdout()
+        raise typer.Exit(EXIT_BROKEN_PIPE) from None
+    except Exception as exc:  # noqa: BLE001 - the boundary: a bug becomes exit 3, not a traceback in a log
+        if debug:
+            raise
+        error(f"internal error: {internal_message(exc)} (a bug in gpucli; rerun with GPUCLI_DEBUG=1 "
+              "for the traceback)")
+        raise typer.Exit(EXIT_RUN_FAILED) from None
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Until the engine installs its handlers (and after it restores them), SIGTERM raises
+    `Terminated`, which `exit_codes` turns into exit 143 with one line, no traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def error(message: str) -> None:
+    print(f"gpucli: error: {message}", file=sys.stderr, flush=True)
+
+
+def internal_message(exc: BaseException, limit: int = 300) -> str:
+    """`Type: message` on one line, cut to `limit` characters (a log line, not a dump)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # no real file descriptor (a test runner's buffer)
+
+
+def exit_without_teardown(exc: SystemExit) -> None:
+    """Leave as `sys.exit` would, less the interpreter's teardown of every module (numpy, pyarrow,
+    tokenizers...: ~0.3 s after the output was durable, a tenth of a short job's start-up; issue
+    34). What an exit must still do is done first: other threads joined, the atexit handlers
+    (logging, multiprocessing, executors), the standard streams flushed."""
+    code = exc.code
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+    _join_threads(EXIT_JOIN_S)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`gpucli ... | head`): nothing more to say
+            pass
+    os._exit(status)
+
+
+def _join_threads(deadline_s: float) -> None:
+    """Join the other non-daemon threads, as the interpreter would, but within a deadline: the
+    run's outcome is durable and printed by now, and a thread left waiting (an executor's idle
+    worker after a sink failed, a send to a dead pipe) must not keep a cron job alive forever
+    (issue 41: a full disk printed its error, then never exited)."""
+    end = time.monotonic() + deadline_s
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, end - time.monotonic()))
+
+
+def exit_now_after_a_cut_ray_start(code: int) -> None:
+    """A run whose private Ray was stopped while it started ends here, without the interpreter's
+    finalization, in which Ray's half-started C++ side may crash (gpucli.engines.ray.connection.
+    start_was_cut): the output and the ledger are closed and the summary is out by now."""
+    connection = sys.modules.get("gpucli.engines.ray.connection")
+    if connection is not None and connection.start_was_cut():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
