@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import pickle
+import re
 import struct
 import sys
 import zipfile
@@ -393,6 +394,76 @@ def test_odp_slides_are_pages():
     assert document.page_at(document.text.index("Questions")) == 3
 
 
+MEETING_NOTES = ("Harbour Committee Minutes\n\nAda Writer\n\nAttendance\n\n"
+                 "The committee met on Monday in the old boathouse; see the harbour site.\n\n"
+                 "Ann Lee, chair\nBo Chen, treasurer\nBo also keeps the tide tables.\n"
+                 "Approve the budget\nRepair the north pier\n\nBudget\n\nItem\tCost\nPaint\t120\nRope\t45\n\n"
+                 "The pier must be safe before the summer regatta.\n\ntotal = 120 + 45\n\n"
+                 "The lighthouse keeper sent apologies.")
+
+
+def test_an_odt_made_by_pandoc_is_read_whole_in_document_order():
+    """pandoc indents its XML (office:body's first child is white space, not office:text) and
+    declares namespaces after line ends: odfpy's loader read both of pandoc's ODTs as empty."""
+    document = extract("odt", (DATA / "meeting-notes.pandoc.odt").read_bytes())
+    assert document.text == MEETING_NOTES  # the footnote is left out, as LibreOffice's are
+    assert document.pages == ()
+
+
+def test_an_odt_made_by_libreoffice_reads_sections_indexes_and_text_boxes_in_order():
+    text = extract("odt", (DATA / "field-report.libreoffice.odt").read_bytes()).text
+    assert text == ("Field Report\n\nField Report\n\nFindings\n\nFindings\n\n"  # the heading, the index's body
+                    "The survey counted forty-two seals on the north beach.\n\n"
+                    "A second paragraph  with two extra spaces.\n\n"
+                    "Sidebar: the weather was calm.\n\n"  # the text box anchored in it: a paragraph of its own
+                    "Seals rested on the rocks\nmostly grey seals\nGulls nested nearby\n\n"
+                    "Signed,\nThe survey team")
+    for left_out in ("Counted at low tide", "Please add the date", "Running header", "Contents"):
+        assert left_out not in text
+
+
+def test_an_odp_made_by_libreoffice_has_a_page_per_slide_and_no_speaker_notes():
+    document = extract("odp", (DATA / "tide-talk.libreoffice.odp").read_bytes())
+    assert document.text == ("Tide Tables\n\nHarbour committee, spring\n\nAgenda\n\nApprove the budget\n"
+                             "Repair the north pier\n\nCosts\n\nPaint\t120\nRope\t45\n\nQuestions?\n\n"
+                             "Write to the harbour master.")
+    text = document.text
+    assert document.pages == (0, text.index("Agenda"), text.index("Costs"), text.index("Costs"), text.index("Questions"))
+    assert "Speaker note" not in text
+
+
+def test_a_password_protected_odt_is_named_as_such():
+    assert refusal("odt", (DATA / "locked.libreoffice.odt").read_bytes()) == "encrypted ODT: it needs a password; not read"
+
+
+def test_odt_white_space_collapses_and_shapes_in_a_paragraph_are_paragraphs_of_their_own():
+    """ODF's rule (white space in character data is one space; text:s, text:tab, text:line-break
+    are kept) whatever the writer's line breaks; python-odf writes the text as it is given."""
+    from odf.draw import Frame, TextBox
+    from odf.opendocument import OpenDocumentText
+    from odf.text import P, Span
+
+    document = OpenDocumentText()
+    paragraph = P(text="  Wrapped by\n   the writer ")
+    paragraph.addElement(Span(text=" across  a span."))
+    frame = Frame(width="5cm", height="2cm", anchortype="as-char")
+    box = TextBox()
+    box.addElement(P(text="Caption in a box."))
+    frame.addElement(box)
+    paragraph.addElement(frame)
+    paragraph.addText(" After the box.")
+    document.text.addElement(paragraph)
+    buffer = io.BytesIO()
+    document.write(buffer)
+
+    assert extract("odt", buffer.getvalue()).text == "Wrapped by the writer across a span. After the box.\n\nCaption in a box."
+
+
+def test_an_opendocument_without_content_xml_says_so():
+    assert refusal("odt", zip_of({"mimetype": b"application/vnd.oasis.opendocument.text"})) == \
+        "not a valid ODT file (no content.xml in the zip)"
+
+
 # ---------------------------------------------------------------- EPUB
 
 
@@ -542,6 +613,65 @@ def test_an_html_page_with_only_scripts_has_no_text():
 
 def test_binary_content_named_html_is_refused():
     assert refusal("html", bytes(range(256)) * 20).startswith("binary content, not text")
+
+
+@pytest.mark.parametrize("opened", ["<title>Notes", "<textarea>draft", "<script>var x = 1;", "<style>p { }",
+                                    "<xmp>", "<iframe src=x>", "<noembed>", "<noframes>", "<plaintext>", "<!-- note"])
+def test_an_element_of_raw_text_never_closed_ends_at_the_next_tag_and_no_markup_is_text(opened):
+    """The HTML5 parser reads such content as text up to its own end tag: an unclosed <title>
+    made the page its title, markup and all; an unclosed <script> hid the page."""
+    page = (f"<html><head>{opened}<body><div class=x><p>Hello <b>bold</b> <a href='#'>link</a>"
+            "<table><tr><td>a<td>b</table><span>end").encode()
+    text = extract("html", page).text
+    assert "<" not in text
+    assert text.endswith("Hello bold link\n\na\tb\n\nend")
+
+
+def test_script_and_title_written_self_closed_in_html_do_not_swallow_the_page():
+    page = b'<html><head><title/><script src="a.js"/><style/></head><body><p>Body text</p><script>x()</script>'
+    assert extract("html", page).text == "Body text"
+
+
+def test_a_less_than_sign_that_starts_no_element_is_text():
+    page = (b"<p>if x<y then swap; 3<4 and a < b</p><pre>#include <stdio.h>\nList<String> names;</pre>"
+            b"<p>Mail <ann@example.org> today.</p><p>Word<o:p></o:p> kept</p><my-card>Card</my-card>")
+    assert extract("html", page).text == ("if x<y then swap; 3<4 and a < b\n\n#include <stdio.h>\nList<String> names;\n\n"
+                                          "Mail <ann@example.org> today.\n\nWord kept\n\nCard")
+
+
+@pytest.mark.parametrize("tag, opened", [("nav", "<nav><a href=/>Home</a>"), ("form", "<form><input name=q>"),
+                                         ("noscript", "<noscript>Use JavaScript"), ("aside", "<aside><p>Ad"),
+                                         ("header", "<header><p>Site"), ("div", '<div role="navigation"><a>Home</a>')])
+def test_chrome_the_page_never_closes_does_not_take_the_rest_of_the_page_with_it(tag, opened):
+    page = f"<html><body>{opened}<main><h1>Tides</h1><p>The moon pulls the sea.</p></main></body></html>"
+    assert extract("html", page.encode()).text.endswith("Tides\n\nThe moon pulls the sea.")
+    closed = page.replace("<main>", f"</{tag}><main>")
+    assert extract("html", closed.encode()).text == "Tides\n\nThe moon pulls the sea."  # closed, it is dropped
+
+
+def test_a_real_page_with_every_end_tag_removed_gives_all_its_words_and_no_markup():
+    """pandoc's page without one end tag (</title>, </style>, </p>, </a>, </header>...)."""
+    page = (DATA / "meeting-notes.pandoc.html").read_bytes()
+    whole = extract("html", page).text
+    text = extract("html", re.sub(rb"</[A-Za-z][^>]*>", b"", page)).text
+    assert "<" not in text and "{" not in text  # no tags, no style sheet
+    assert set(whole.split()) <= set(text.split())
+
+
+def test_a_real_page_cut_at_any_length_gives_only_its_own_words_and_no_markup():
+    page = (DATA / "meeting-notes.pandoc.html").read_bytes()
+    whole = extract("html", page).text
+    open_header = extract("html", page.replace(b"</header>", b"")).text  # a cut inside it leaves it open
+    words_of_page = set(whole.split()) | set(open_header.split())
+    for cut in range(0, len(page), 7):
+        try:
+            text = extract("html", page[:cut]).text
+        except InputError:  # cut before the first word
+            continue
+        assert "<" not in text, (cut, text)
+        words = text.split()
+        assert set(words[:-1]) <= words_of_page, cut  # the last word may be cut short
+    assert whole.endswith("She was on duty that night.\u21a9\ufe0e")
 
 
 # ---------------------------------------------------------------- XML

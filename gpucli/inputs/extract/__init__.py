@@ -102,8 +102,8 @@ FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (
     _format("pdf", (".pdf",), "pypdfium2", "pdf"),
     _format("docx", (".docx",), "python-docx", "office"),
     _format("pptx", (".pptx",), "python-pptx", "office"),
-    _format("odt", (".odt",), "odfpy", "opendocument"),
-    _format("odp", (".odp",), "odfpy", "opendocument"),
+    _format("odt", (".odt",), "defusedxml", "opendocument"),  # zipfile + content.xml's body
+    _format("odp", (".odp",), "defusedxml", "opendocument"),
     _format("epub", (".epub",), "selectolax", "epub"),  # zipfile + OPF spine; chapters through htmltext
     _format("html", (".html", ".htm", ".xhtml"), "selectolax", "htmltext"),
     _format("xml", (".xml",), "defusedxml", "xmltext"),

@@ -1,5 +1,7 @@
 """HTML and XHTML -> readable text with selectolax's lexbor parser (MIT; a C HTML5 parser: an
-unclosed tag, a stray </p>, a bare '&' are repaired the way browsers repair them).
+unclosed tag, a stray </p>, a bare '&' are repaired the way browsers repair them). What even a
+browser would show as markup or hide with the rest of the page (an unclosed <title>, <script>
+or comment, a '<' in text, an unclosed <form> or <nav>) is mended first (_htmlrepair.py).
 
 What is not the page's own text goes first: script, style, noscript, template, svg, nav,
 aside, form, iframe, the head (its <title> is kept as the first paragraph), elements whose ARIA
@@ -20,6 +22,7 @@ import re
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from gpucli.inputs.extract import Document
+from gpucli.inputs.extract._htmlrepair import repair
 from gpucli.inputs.extract._layout import PARAGRAPH, join_paragraphs, tidy
 from gpucli.inputs.text import decode_text
 
@@ -31,6 +34,10 @@ LANDMARKS = ", ".join([f'[role="{role}"]' for role in ("navigation", "banner", "
                                                           "complementary")] + ["[hidden]", '[aria-hidden="true"]'])
 PAGE_PARTS = ("header", "footer")  # removed unless inside one of KEEPS_PARTS: there they are content
 KEEPS_PARTS = {"article", "section", "main"}
+CHROME = ("nav", "aside", "form", "noscript")  # of REMOVED: dropped unless they hold the page's MAIN content
+MAIN = 'main, article, [role="main"]'
+# dropped with their subtree, but not when the page leaves one open: it holds the rest of the page
+SUBTREES = frozenset({"noscript", "template", "svg", "nav", "aside", "form", "object", "canvas", *PAGE_PARTS})
 PARAGRAPH_TAGS = {"p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "main", "blockquote",
                   "ul", "ol", "dl", "table", "caption", "figure", "figcaption", "address", "details", "summary",
                   "fieldset", "legend", "hr", "header", "footer", "center", "hgroup", "dialog", "menu", "body"}
@@ -80,10 +87,11 @@ def html_to_text(html: str, keep_title: bool = True) -> str:
     unless `keep_title` is False (an EPUB chapter's title repeats its heading)."""
     if _XML_LIKE.search(html[:4096]):
         html = _SELF_CLOSED.sub(_expand, html)
+    html, open_ones = repair(html, SUBTREES)  # what would show markup as text or hide the rest
     tree = LexborHTMLParser(html)
     title = tree.css_first("title") if keep_title else None
     title_text = " ".join(title.text().split()) if title is not None else ""
-    _remove_boilerplate(tree)
+    _remove_boilerplate(tree, open_ones)
     body = tree.body if tree.body is not None else tree.root
     text = _TextWriter().walk(body) if body is not None else ""
     if text == title_text or text.startswith(title_text + "\n"):
@@ -96,13 +104,36 @@ def _expand(tag: re.Match) -> str:
     return tag.group(0) if name.lower() in VOID_TAGS else f"<{name}{tag.group(2) or ''}></{name}>"
 
 
-def _remove_boilerplate(tree: LexborHTMLParser) -> None:
-    tree.strip_tags(REMOVED, recursive=True)
-    for node in tree.css(LANDMARKS):  # navigation that is no <nav> (Sphinx: div role="navigation")
-        node.decompose()
-    for node in tree.css(", ".join(PAGE_PARTS)):
-        if not _inside(node, KEEPS_PARTS):
+def _remove_boilerplate(tree: LexborHTMLParser, open_ones: set[str]) -> None:
+    """Drop what is not the page's own text. Chrome that the page leaves open (a kind in
+    `open_ones`, or an element that holds the page's main content: a missing </div> put the
+    article inside a role="navigation" div) loses its tags only, not its text."""
+    tree.strip_tags([tag for tag in REMOVED if tag not in open_ones and tag not in CHROME], recursive=True)
+    if open_ones:
+        tree.unwrap_tags(sorted(open_ones))
+    chrome = [tag for tag in CHROME if tag not in open_ones]
+    _drop([node for node in tree.css(", ".join([*chrome, LANDMARKS])) if node.css_first(MAIN) is None])
+    parts = [part for part in PAGE_PARTS if part not in open_ones]
+    _drop([node for node in (tree.css(", ".join(parts)) if parts else ())
+           if not _inside(node, KEEPS_PARTS) and node.css_first(MAIN) is None])
+
+
+def _drop(nodes: list[LexborNode]) -> None:
+    """Remove each node with its subtree; one inside another gone already is left alone."""
+    gone: set[int] = set()
+    for node in nodes:
+        if not _inside_any(node, gone):
+            gone.add(node.mem_id)
             node.decompose()
+
+
+def _inside_any(node: LexborNode, ids: set[int]) -> bool:
+    parent = node.parent
+    while ids and parent is not None:
+        if parent.mem_id in ids:
+            return True
+        parent = parent.parent
+    return False
 
 
 def _inside(node: LexborNode, tags: set[str]) -> bool:
