@@ -37,7 +37,7 @@ from gpucli.app.summary_lines import print_summary
 from gpucli.core.config import build_config
 from gpucli.core.errors import EXIT_SIGINT, OutputError
 from gpucli.core.terminal import columns
-from gpucli.models.model_kind import require_kind, wrong_task_alias
+from gpucli.models.model_kind import alias_owner, looks_like_path, require_kind, wrong_task_alias
 from gpucli.tasks import all_tasks, every_option_name, task_of_module
 
 app = typer.Typer(
@@ -139,15 +139,22 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
 def check_model(task_cls: type, model: str) -> None:
     """Before any work: an alias of another task, or a model directory of the wrong kind, is a
     usage error that names the task it belongs to (each task's own loader would fail in its
-    own words: `hf download minilm`, "no tokenizer.json")."""
+    own words: `hf download minilm`, "no tokenizer.json"). Only a name that is neither a path
+    nor one of this task's aliases can be another task's alias: only then are the other tasks'
+    modules imported to ask (a run imports only its own task)."""
     if not model:
         return
-    aliases = [(entry.alias, entry.task) for cls in all_tasks().values() for entry in cls.models()]
-    found = wrong_task_alias(task_cls.name, model, aliases)
-    if found is not None:
-        raise found
+    if not looks_like_path(model) and not alias_owner(model, _aliases([task_cls])):
+        found = wrong_task_alias(task_cls.name, model, _aliases(list(all_tasks().values())))
+        if found is not None:
+            raise found
     if os.path.isdir(model):
         require_kind(task_cls.name, model, model)
+
+
+def _aliases(tasks: list[type]) -> list[tuple[str, str]]:
+    """(alias, task) of every model these tasks offer."""
+    return [(entry.alias, entry.task) for cls in tasks for entry in cls.models()]
 
 
 class TaskCommand(PlainCommand):

