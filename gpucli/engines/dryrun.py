@@ -14,9 +14,10 @@ from gpucli.core.config import RunConfig
 from gpucli.core.decision import Action, decide
 from gpucli.core.errors import OutputError, UsageError
 from gpucli.core.keys import split_key
+from gpucli.core.records import Source
 from gpucli.core.stages import Stage
 from gpucli.core.summary import RunSummary
-from gpucli.engines.job import Job
+from gpucli.engines.job import Job, default_out
 from gpucli.output.ledger_view import ReadOnlyLedger
 from gpucli.output.sinks import open_sink
 from gpucli.output.state_dir import LEDGER, ledger_dir, own_paths
@@ -25,7 +26,7 @@ from gpucli.output.state_dir import LEDGER, ledger_dir, own_paths
 def dry_run(config: RunConfig) -> RunSummary:
     job = Job(config)
     job.task_cls = job.task_cls.variant(job.spec, download=False)  # image-text: images too; nothing fetched
-    sink = open_sink(config.out or f"{job.task_cls.name}.parquet", state_dir=config.state_dir)
+    sink = open_sink(config.out or default_out(job.task_cls.name), state_dir=config.state_dir)
     try:
         known = ReadOnlyLedger(ledger_dir(sink) / LEDGER)  # where it is now, or where an earlier gpucli kept it
     except OutputError as exc:  # damaged or unreadable: named, with what to do
@@ -49,16 +50,15 @@ def dry_run(config: RunConfig) -> RunSummary:
         _say(source.path, action.value, reason, job.task_cls.read_as(source.path))
     if config.prune:
         for path in known.done_paths() - seen:
-            if job.report.may_prune(path, config.prune_all):
+            if job.inputs.report.may_prune(path, config.prune_all):
                 summary.pruned += 1
                 _say(path, "prune", "done earlier, not found by this walk")
     summary.inputs = summary.succeeded + summary.unchanged + summary.failed + summary.skipped
-    job.counts.found = summary.inputs
     summary.exit_code = 0
     return summary
 
 
-def _decision(known: ReadOnlyLedger, source) -> tuple[Action, str]:
+def _decision(known: ReadOnlyLedger, source: Source) -> tuple[Action, str]:
     """The run's own decision (ledger.decide), read from the ledger without the lock."""
     if not known.exists:
         return Action.RUN, "new output"

@@ -1,41 +1,41 @@
 """The job both engines drive: built once from the config.
 
     Job   config -> task (parent side), spec, caps, output (sink, lock, ledger, failures),
-          schema, metadata; the walk; the summary and its exit code
+          schema, metadata; devices and readers; the run's start, end and summary
 
-An engine (`pipeline.py` for local processes, `engines/ray/` for Ray) moves blocks of items
+Its inputs are gpucli/engines/run_inputs.py's (the walk or a table, --limit, the count ahead);
+how the run ends, its summary's figures and exit code, gpucli/engines/outcome.py's. An engine
+(`engines/local/pipeline.py` for local processes, `engines/ray/` for Ray) moves blocks of items
 to models and hands every outcome to the job's `Accounts` (gpucli/output/accounts.py); it decides
 nothing about rows, failures, the ledger or exit codes.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from gpucli import __version__
 from gpucli.core.config import RunConfig
-from gpucli.core.errors import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, GpucliError, UsageError
-from gpucli.core.progress import Counts, Progress, make_progress
+from gpucli.core.errors import GpucliError
+from gpucli.core.progress import Counts, Progress, make_progress, start_line
 from gpucli.core.records import Failure, Source
 from gpucli.core.summary import BusyClock, RunSummary, now_text
+from gpucli.engines import outcome
 from gpucli.engines.batching import WINDOW_BATCHES, BatchCaps
+from gpucli.engines.reader import Attempts, ReaderProcesses
+from gpucli.engines.run_inputs import RunInputs, check_roots, input_root
 from gpucli.inputs import tables
-from gpucli.inputs.scope import Found, WalkFilter, WalkReport
-from gpucli.inputs.walk import count_inputs, walk_blocks
+from gpucli.inputs.scope import Found, WalkFilter
 from gpucli.models.backends.choice import backend_default
-from gpucli.models.devices import all_cpu, host_cores
+from gpucli.models.devices import all_cpu, host_cores, resolve_devices
+from gpucli.models.hub import download_progress_hidden
 from gpucli.output import dedup
 from gpucli.output.accounts import Accounts
 from gpucli.output.output import Output
 from gpucli.output.settings import output_metadata, output_schema, output_settings
 from gpucli.tasks import Task, TaskSpec, get_task
-from gpucli.tasks._images import IMAGE_SUFFIXES
 
 
 def default_out(task: str) -> str:
@@ -72,61 +72,6 @@ def quiet_parent_torch() -> None:
         sys.modules["torch"].set_num_threads(1)
 
 
-def input_root(paths: tuple[str, ...]) -> str:
-    """The absolute directory the rows' `path` is relative to (see walk.common_base), or the
-    root URL of object-store roots (gpucli/inputs/stores/roots.py)."""
-    from pathlib import Path
-
-    from gpucli.inputs.stores.url import is_url
-    from gpucli.inputs.walk import common_base
-
-    if paths and all(is_url(p) for p in paths):
-        from gpucli.inputs.stores.roots import url_input_root
-
-        return url_input_root(paths)
-
-    return str(common_base([Path(os.path.abspath(p)) for p in paths])) if paths else ""
-
-
-def check_roots(paths: tuple[str, ...]) -> None:
-    from gpucli.inputs.stores.url import is_url
-
-    if any(is_url(p) for p in paths):  # s3://... roots: parsed and checked there, listed by the walk
-        from gpucli.inputs.stores.roots import check_url_roots
-
-        return check_url_roots(paths)
-    missing = [p for p in paths if not os.path.lexists(p)]
-    if missing:
-        raise UsageError(f"no such file or directory: {', '.join(missing)}")
-    for p in paths:
-        if Path(p).is_dir() and not os.access(p, os.R_OK | os.X_OK):
-            raise UsageError(f"{p}: directory is not readable")
-
-
-def _limited(blocks: Iterator[list[Source | Failure]], limit: int) -> Iterator[list[Source | Failure]]:
-    """The walk's blocks up to `limit` inputs (failure records pass; the walk stops at the limit)."""
-    sources = 0
-    for block in blocks:
-        for i, entry in enumerate(block):
-            if isinstance(entry, Source):
-                if sources == limit:
-                    yield block[:i]
-                    return
-                sources += 1
-        yield block
-
-
-def _in_blocks(found: Iterator[Found], size: int = 256) -> Iterator[list[Source | Failure]]:
-    block: list[Source | Failure] = []
-    for item in found:
-        block.append(item.source if item.source is not None else item.failure)
-        if len(block) == size:
-            yield block
-            block = []
-    if block:
-        yield block
-
-
 class Job:
     """One run's set-up, shared by the engines: built once from the config."""
 
@@ -138,20 +83,17 @@ class Job:
         self.progress = progress or make_progress(config.progress, config.quiet, self.task_cls.name,
                                                   self.task_cls.cost_name)
         self.counts = Counts()
+        self.inputs = RunInputs(config, self.counts)
         self.caps = batch_caps(config, self.task_cls)
         self.clocks = {"read": BusyClock()}
         self.started = time.monotonic()
         self.summary.started_at = now_text()
-        self.report = WalkReport()
-        self._stop_count = threading.Event()  # the counting walk's (count_ahead): its number is no longer needed
 
     def open(self) -> None:
         """The task's parent side, then the output (sink, lock, ledger, failure log). Blocking."""
-        from gpucli.models.hub import download_progress_hidden
-
         check_roots(self.config.paths)
         out = self.config.out or default_out(self.task_cls.name)
-        self.output = Output(out, self.config.incremental, state_dir=getattr(self.config, "state_dir", ""))
+        self.output = Output(out, self.config.incremental, state_dir=self.config.state_dir)
         self.spec = backend_default(self.spec, self.task_cls, self.config, self.output.made_with(), out)
         with download_progress_hidden(self.config.quiet or self.config.progress == "off"):
             self.task_cls = self.task_cls.variant(self.spec)  # embed with an image-text model reads images too
@@ -178,7 +120,7 @@ class Job:
         """Identical content embedded once (gpucli/output/dedup.py): the task's `dedup` option, locally."""
         return dedup.enabled(self.task.options, self.config.engine)
 
-    def copies_from_output(self):
+    def copies_from_output(self) -> dedup.FromOutput | None:
         """dedup.FromOutput for this run, or None (no dedup, or a sink that cannot read its rows back)."""
         if not self.dedup or not self.output.sink.reads_back:
             return None
@@ -186,8 +128,6 @@ class Job:
 
     def use_devices(self, devices: list[str]) -> None:
         """The caps for these devices, and the run's opening line (what, where, into what)."""
-        from gpucli.core.progress import start_line
-
         self.caps = batch_caps(self.config, self.task_cls, devices)
         self.summary.devices = list(devices)
         self.progress.start(start_line(__version__, self.task_cls.name, self.spec.model, devices, self.output.display,
@@ -208,63 +148,43 @@ class Job:
     def devices(self) -> list[str]:
         """One entry per worker process: --workers-per-device per device when given, else one
         per device, or on a CPU-only host the task's choice for its cores (Task.cpu_workers)."""
-        from gpucli.models.devices import resolve_devices
-
         devices = resolve_devices(self.config.devices)
         per_device = self.config.workers_per_device
         if not per_device:
             per_device = self.task.cpu_workers(host_cores()) if devices == ["cpu"] else 1
         return [device for device in devices for _ in range(per_device)]
 
-    def reader_processes(self, devices: list[str]):
+    def reader_processes(self, devices: list[str]) -> ReaderProcesses | None:
         """Reader processes for this run, or None to read in threads (see reader.ReaderProcesses):
         `read_processes` when set (0 = threads), else the task's choice for the host's cores and
         the workers' `devices`."""
-        from gpucli.engines.reader import ReaderProcesses
-
         count = self.config.read_processes
         if count < 0:
             count = self.task.reader_processes(host_cores(), devices)
         return ReaderProcesses(self.spec, count) if count > 0 else None
 
-    def attempts(self):
+    def attempts(self) -> Attempts:
         """Large inputs recorded in the ledger while they are prepared (reader.Attempts)."""
-        from gpucli.engines.reader import Attempts
-
         return Attempts(self.output.begin_attempts, self.output.end_attempts)
 
-    def walk_blocks(self, exclude: list[str] | None = None) -> Iterator[list[Source | Failure]]:
-        """The inputs in blocks (walk.walk_blocks), at most `--limit` of them (a limited walk is
-        incomplete: it prunes nothing)."""
-        if self.config.from_table:  # texts from a table's rows, one record per row (gpucli/inputs/tables.py)
-            blocks = _in_blocks(tables.records(self.config, self.report, self.max_bytes))
-        else:
-            blocks = walk_blocks(list(self.config.paths), self.walk_filter(),
-                                 self.output.walk_exclusions() if exclude is None else exclude, self.report)
-        return _limited(blocks, self.config.limit) if self.config.limit else blocks
-
     def walk_filter(self) -> WalkFilter:
-        return WalkFilter(self.task_cls.suffixes, self.config.include, self.config.exclude)
+        return self.inputs.walk_filter(self.task_cls.suffixes)
+
+    def walk_blocks(self, exclude: list[str] | None = None) -> Iterator[list[Source | Failure]]:
+        """The inputs in blocks (RunInputs.blocks), less the output's own paths unless `exclude` is given."""
+        exclude = self.output.walk_exclusions() if exclude is None else exclude
+        return self.inputs.blocks(self.walk_filter(), exclude, self.max_bytes)
+
+    def walk(self, exclude: list[str] | None = None) -> Iterator[Found]:
+        """The inputs one at a time (see `walk_blocks`)."""
+        for block in self.walk_blocks(exclude):
+            for entry in block:
+                yield Found(source=entry) if isinstance(entry, Source) else Found(failure=entry)
 
     def count_ahead(self) -> None:
-        """Count the walk in a thread of its own (walk.count_inputs: a number, never a list),
-        ahead of the reader, whose walk waits for the queue: the progress then knows the total,
-        and an ETA, long before the reader has found every input. A hint only: once the real
-        walk ends its `found` is the total. Only when the progress shows it, and not for --from."""
-        if self.config.from_table or not self.progress.shows:
-            return
-        roots, flt, exclude = list(self.config.paths), self.walk_filter(), self.output.walk_exclusions()
-        limit = self.config.limit
-
-        def count() -> None:
-            try:
-                total = count_inputs(roots, flt, exclude, self._stop_count)
-            except Exception:  # noqa: BLE001 - a hint: the real walk reports what went wrong
-                return
-            if total is not None and not self._stop_count.is_set():
-                self.counts.expected = min(total, limit) if limit else total
-
-        threading.Thread(target=count, name="gpucli-count-ahead", daemon=True).start()
+        """The walk counted ahead of the reader (RunInputs.count_ahead), only when the progress shows it."""
+        if self.progress.shows:
+            self.inputs.count_ahead(self.walk_filter(), self.output.walk_exclusions())
 
     def counts_now(self, queued: int = 0, in_flight: int = 0) -> Counts:
         """What the progress shows now: the accounts' counts, with the engine's queue and the
@@ -273,29 +193,22 @@ class Job:
         counts.queued, counts.in_flight = queued, in_flight
         return counts
 
-    def walk(self, exclude: list[str] | None = None) -> Iterator[Found]:
-        """The inputs one at a time (see `walk_blocks`)."""
-        for block in self.walk_blocks(exclude):
-            for entry in block:
-                yield Found(source=entry) if isinstance(entry, Source) else Found(failure=entry)
-
     def seen(self) -> Callable[[list[str]], None] | None:
         """For --prune: where the walk's paths go (the ledger, not memory)."""
         return self.output.mark_seen if self.config.prune else None
 
     def prune(self) -> None:
         """After a complete walk (never after an interrupt)."""
-        self._stop_count.set()
+        self.inputs.stop_counting()
         self.counts.walk_done = True
         if self.config.prune:
-            self.summary.pruned = self.output.prune(self.report, getattr(self.config, "prune_all", False),
-                                                    self.progress.log)
+            self.summary.pruned = self.output.prune(self.inputs.report, self.config.prune_all, self.progress.log)
 
     def close(self, written: bool) -> None:
-        self._stop_count.set()
+        self.inputs.stop_counting()
         try:
             self.output.close(written)
-            if self.counts.walk_done and self._found_nothing() and not self.summary.failed \
+            if self.counts.walk_done and outcome.found_nothing(self.config, self.counts) and not self.summary.failed \
                     and not self.summary.skipped:
                 self.output.discard()  # a mistaken path leaves no empty output behind (a run that ended,
                 # not one stopped or failed: its ledger may hold what the next run needs, e.g. attempts)
@@ -316,53 +229,15 @@ class Job:
         any reader thread worked, `queue` while the dispatcher had nothing to send, `infer` the
         busiest worker's model time, `write` the writer thread's time) and the exit code (the
         error's, when one stopped the run)."""
-        s = self.summary
-        s.unfinished = self.accounts.unfinished() if (stopping or error) and self.opened else 0
-        s.inputs = s.succeeded + s.failed + s.skipped + s.unfinished
-        s.elapsed_s = time.monotonic() - self.started
-        s.stage_seconds.update(read=self.clocks["read"].seconds, write=write_s, infer=infer_s, queue=queue_s)
-        per_s = 1 / s.elapsed_s if s.elapsed_s else 0.0
-        s.inputs_per_s, s.rows_per_s, s.items_per_s = s.inputs * per_s, s.rows * per_s, self.counts.items * per_s
-        s.interrupted = bool(stopping)
-        s.finished_at = now_text()
+        unfinished = self.accounts.unfinished() if (stopping or error) and self.opened else 0
+        stages = {"read": self.clocks["read"].seconds, "write": write_s, "infer": infer_s, "queue": queue_s}
+        s = outcome.summarize(self.summary, self.counts, time.monotonic() - self.started, stages, stopping, unfinished)
         s.exit_code = error.exit_code if error is not None else self._exit_code(stopping)
         return s
 
-    def _found_nothing(self) -> bool:
-        """No input under the roots given, and the user did not say that is expected."""
-        return self.counts.found == 0 and not (self.config.allow_empty or self.config.prune_all)
-
-    def _nothing_found(self) -> str:
-        """Why nothing was found, and what to do: files were there but none the task reads (its
-        suffixes, or --include), or the roots were empty (an unmounted share looks so)."""
-        where = ", ".join(self.config.paths) or self.config.from_table
-        seen = self.report.passed_over
-        if seen and self.config.include:
-            globs = " ".join(f"--include {g!r}" for g in self.config.include)
-            return (f"found no input under {where}: the walk saw {seen} file(s), none matching {globs}; check the "
-                    "glob (it matches the path under the root or the file name) (nothing was written)")
-        images = sum(n for suffix, n in self.report.passed_over_suffixes.items() if suffix in IMAGE_SUFFIXES)
-        if images and hasattr(self.task_cls, "variant") and self.task_cls.name == "embed":
-            return (f"found no input under {where}: the walk saw {seen} file(s), {images} of them images, but "
-                    f"{self.spec.model} is a text model with no image tower; to embed images give an image-text "
-                    "model: a CLIP or SigLIP directory or Hugging Face id (`gpucli models` suggests some), e.g. "
-                    "--model openai/clip-vit-base-patch32 (nothing was written)")
-        if seen:
-            return (f"found no input under {where}: the walk saw {seen} file(s), none of them files ending "
-                    f"{', '.join(self.task_cls.suffixes)}, which {self.task_cls.name} reads; pass --include 'GLOB' "
-                    "to read others (nothing was written)")
-        return (f"found no input under {where}: nothing to do (an empty or unmounted directory?); pass "
-                "--allow-empty when that is expected (nothing was written)")
-
     def _exit_code(self, stopping: int) -> int:
-        """Interrupted: 130/143. A run that found no input under the roots given: 3 (an unmounted
-        share looks like this) unless --allow-empty (or --prune-all, which says the root is empty on purpose). Failed inputs: 1 by --fail-on (new: only
-        those that had not failed before unchanged; any; never)."""
-        s = self.summary
-        if stopping:
-            return EXIT_SIGTERM if stopping == signal.SIGTERM else EXIT_SIGINT
-        if self._found_nothing():
-            self.progress.warn(self._nothing_found())
-            return EXIT_RUN_FAILED
-        failing = {"any": s.failed, "new": s.failed - s.failed_known, "never": 0}[self.config.fail_on]
-        return EXIT_FAILED if failing else EXIT_OK
+        """outcome.exit_code, saying first why a run that found no input failed."""
+        empty = not stopping and outcome.found_nothing(self.config, self.counts)
+        if empty:
+            self.progress.warn(outcome.nothing_found(self.config, self.inputs.report, self.task_cls, self.spec.model))
+        return outcome.exit_code(self.config, self.summary, stopping, empty)

@@ -117,14 +117,14 @@ def test_the_job_s_count_ahead_is_within_limit_and_only_when_progress_shows(tree
     import time
     from types import SimpleNamespace
 
-    import gpucli.engines.job
+    import gpucli.engines.run_inputs
     from gpucli.core.config import RunConfig
     from gpucli.core.progress import PlainProgress, Progress
     from gpucli.engines.job import Job
     from tests.fake_task import FAKE
 
     calls = []
-    monkeypatch.setattr(gpucli.engines.job, "count_inputs", lambda *a: calls.append(a) or gpucli.inputs.walk.count_inputs(*a))
+    monkeypatch.setattr(gpucli.engines.run_inputs, "count_inputs", lambda *a: calls.append(a) or gpucli.inputs.walk.count_inputs(*a))
     root = tree({f"f{i}.txt": "x" for i in range(6)})
     for progress, shown in ((Progress("fake"), False), (PlainProgress("fake", stream=io.StringIO()), True)):
         calls.clear()
