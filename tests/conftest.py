@@ -17,8 +17,32 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get
 # first. The suite runs torch unless a test says otherwise (tests/test_backend_default.py and
 # tests/test_onnx.py test the default and the ONNX path themselves, with this variable removed).
 os.environ["GPUCLI_BACKEND"] = "torch"
+# Workers run as threads of the process that runs the pipeline (gpucli/engines/local/processes.py,
+# in-process mode): the same loop and messages, without the ~0.5-1 s spawn of an interpreter per
+# worker per run that made most of the suite's time. Set here, before any fixture runs, so module
+# fixtures and `gpucli` subprocesses get it too. A test whose subject is the processes themselves
+# (a kill, a crash, a hang, signals, start-up, devices, memory) is marked `processes` and gets
+# real spawned workers (the fixture below).
+INPROCESS = "GPUCLI_TEST_INPROCESS_WORKERS"
+os.environ[INPROCESS] = "1"
 
+from tests import fake_task  # noqa: E402
 from tests.helpers import write_tree  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def worker_kind(request, monkeypatch):
+    """Spawned worker processes for tests marked `processes`, worker threads for the rest; a
+    test that made a worker thread crash or hang fails, naming the marker it lacks."""
+    if request.node.get_closest_marker("processes"):
+        monkeypatch.delenv(INPROCESS, raising=False)
+    fake_task.MISPLACED.clear()
+    yield
+    if fake_task.MISPLACED:
+        misplaced = list(fake_task.MISPLACED)
+        fake_task.MISPLACED.clear()
+        pytest.fail(f"{misplaced} in a worker thread: a test whose worker crashes or hangs needs "
+                    "@pytest.mark.processes (real worker processes)", pytrace=False)
 
 
 @pytest.fixture
@@ -27,3 +51,29 @@ def tree(tmp_path: Path):
         return write_tree(tmp_path / name, files)
 
     return make
+
+
+ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On CI (CI=true, as .ci/run is run) a skipped test fails: what a test needs is installed
+    by pip or by .ci/run, so a skip there means a missing install step, which a green run would
+    hide. The one exception is a test marked `external` (a service no registry ships)."""
+    report = (yield).get_result()
+    if not hasattr(report, "wasxfail") and not item.get_closest_marker("external"):
+        _fail_on_ci(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a whole module skipped at import (`pytest.importorskip` at its top)."""
+    _fail_on_ci((yield).get_result())
+
+
+def _fail_on_ci(report) -> None:
+    if ON_CI and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped on CI, where nothing may be missing ({reason}): install it in .ci/run"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,7 @@ class FakeTask(Task):
         if self.options.read_waits_for:
             _wait_for(self.options.read_waits_for, 20.0)
         if "DIE_IN_PREPARE" in text:  # a decoder that takes its process down (out of memory)
+            _in_a_process("DIE_IN_PREPARE")
             os._exit(9)
         lines = [line for line in text.splitlines() if line.strip()]
         return [Item(source.id, i, line, max(1, len(line.split())), {"chunk": i, "text": line})
@@ -101,14 +103,17 @@ class FakeTask(Task):
         if self.options.batch_log:
             with open(self.options.batch_log, "a") as f:
                 f.write(json.dumps({"size": len(payloads), "cost": cost, "pid": self.pid, "texts": list(payloads),
+                                    "worker": f"{self.pid}/{threading.current_thread().name}",  # a thread too
                                     "node": os.environ.get("GPUCLI_TEST_NODE", "")}) + "\n")
         if any("CRASH" in p for p in payloads):
+            _in_a_process("CRASH")
             os._exit(3)
         if any("BOOM" in p for p in payloads):
             raise ValueError("BOOM in batch")
         if self.options.oom_above and len(payloads) > self.options.oom_above:
             raise MemoryError(f"fake out of memory for a batch of {len(payloads)}")
         if any("HANG" in p for p in payloads):
+            _in_a_process("HANG")
             time.sleep(3600)
         if self.options.sleep_ms:
             time.sleep(self.options.sleep_ms / 1000)
@@ -122,6 +127,19 @@ class FakeTask(Task):
 
 
 FAKE = "tests.fake_task:FakeTask"
+MISPLACED: list[str] = []  # markers met in a thread of the test process (tests/conftest.py fails the test)
+
+
+def _in_a_process(marker: str) -> None:
+    """CRASH, HANG and DIE_IN_PREPARE take down or stall the process they run in: in a worker
+    thread of the test process (processes.py's in-process mode) or a reader thread that would
+    be pytest itself, so they raise there instead, and the test fails for want of its marker."""
+    if os.getpid() == _TEST_PROCESS and threading.current_thread() is not threading.main_thread():
+        MISPLACED.append(marker)
+        raise RuntimeError(f"{marker} in a thread of the test process")
+
+
+_TEST_PROCESS = os.getpid()  # in a spawned worker this module is imported again, with the worker's pid
 
 
 def _wait_for(path: str, timeout_s: float) -> None:

@@ -709,6 +709,7 @@ def test_cli_end_to_end(tmp_path):
 
 
 @pytest.mark.model
+@pytest.mark.processes
 def test_pipeline_with_a_killed_worker_leaves_no_segment(tmp_path, monkeypatch):
     """SIGKILL the worker while a batch is in flight (a shared-memory block exists): the run
     still classifies every image exactly once, and every block is unlinked."""

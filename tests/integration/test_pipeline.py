@@ -48,7 +48,7 @@ def test_every_input_exactly_once_with_two_workers(tree, tmp_path):
         assert row["text"] == files[row["path"]][row["chunk"]]
         assert row["words"] == len(row["text"].split())
     batches = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len({b["pid"] for b in batches}) == 2, "both workers got work"
+    assert len({b["worker"] for b in batches}) == 2, "both workers got work"
     for b in batches:
         assert b["size"] <= 16
         assert b["cost"] <= 40 or b["size"] == 1
@@ -130,6 +130,7 @@ def test_out_of_memory_splits_batches_and_every_item_succeeds(tree, tmp_path):
     assert max(sizes[-5:]) <= 4, "the caps came down after repeated out-of-memory"
 
 
+@pytest.mark.processes
 def test_native_crash_isolates_the_poison_item(tree, tmp_path):
     files = {f"f{i:02d}.txt": f"line {i}\n" for i in range(64)}
     files["f33.txt"] = "CRASH here\n"

@@ -76,9 +76,16 @@ def test_inputs_count_when_their_results_are_back_before_their_part_is_written(t
 def test_the_total_is_known_before_the_walk_ends_and_the_last_line_has_nothing_in_flight(tmp_path):
     files = {f"d{i % 40:02d}/f{i:04d}.txt": f"word {i}\n" for i in range(2000)}
     root = write_tree(tmp_path / "in", files)
-    progress = Recorder()
+    counted = tmp_path / "counted"  # reading waits until the total showed: the reader's walk stalls meanwhile
+
+    def watch(counts: Counts) -> None:
+        if counts.total == 2000 and not counted.exists():
+            counted.write_text("the total showed")
+
+    progress = Recorder(watch)
     out = tmp_path / "out.parquet"
-    summary = run(config(root, out, queue_items=32), progress)  # a small queue: the reader waits for the model
+    options = {"read_waits_for": str(counted), "sleep_ms": 5}  # ~1.3 s of batches: lines with an ETA
+    summary = run(config(root, out, queue_items=32, task_options=options), progress)  # the walk waits for the model
     assert summary.exit_code == 0 and summary.inputs == 2000
     early = [c for c in progress.seen if not c.walk_done and c.total == 2000 and c.found < 2000]
     assert early, "the counting walk's total never showed while the reader's walk went on"

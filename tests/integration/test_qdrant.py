@@ -458,6 +458,7 @@ def server_target():
     client.close()
 
 
+@pytest.mark.external
 @needs_server
 @pipeline_tests
 def test_server_end_to_end_rerun_and_changed_file(tree, server_target):
@@ -479,6 +480,7 @@ def test_server_end_to_end_rerun_and_changed_file(tree, server_target):
     assert info.config.params.vectors.size == 4
 
 
+@pytest.mark.external
 @needs_server
 def test_server_dims_mismatch_is_a_usage_error(server_target):
     import pyarrow as pa

@@ -17,7 +17,7 @@ import pytest
 
 from tests.helpers import read_rows, run_fake
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]  # kills, crashes, hangs, signals
 
 
 def _kill_workers(times: int, every_s: float, killed: list[int], stop: threading.Event, started: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from gpucli.core.errors import WorkerSetupError
 from tests.helpers import run_fake
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]  # signals to real workers and readers
 
 ROOT = str(Path(__file__).resolve().parents[2])
 SCRIPT = textwrap.dedent("""
@@ -125,9 +125,11 @@ def test_every_process_a_run_starts_begins_with_the_stop_signals_held(tree, tmp_
 
 
 def test_a_signal_mid_run_exits_143_within_the_deadline_and_a_rerun_finishes_exactly_once(tree, tmp_path):
-    proc, out = _start(tree, tmp_path, {"sleep_ms": 300})
+    log = tmp_path / "batches.jsonl"
+    options = {"sleep_ms": 300, "batch_log": str(log)}
+    proc, out = _start(tree, tmp_path, options)
     try:
-        time.sleep(4.0)  # workers loaded, batches running and prefetched
+        _wait_for_lines(log, 3)  # workers loaded, batches running and prefetched
         os.killpg(proc.pid, signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=60)  # a hang guard: the stop's deadline is 10 s
     finally:
@@ -137,12 +139,19 @@ def test_a_signal_mid_run_exits_143_within_the_deadline_and_a_rerun_finishes_exa
     _, _, succeeded, unfinished = stdout.split()
     assert int(unfinished) > 0 and int(succeeded) + int(unfinished) <= 200
     source = Path(script_source(proc.args[-1]))
-    summary = run_fake([source], out, {"sleep_ms": 300}, batch_size=4, workers_per_device=2)  # the same settings
+    summary = run_fake([source], out, options, batch_size=4, workers_per_device=2)  # the same settings
     assert summary.exit_code == 0
     from tests.helpers import read_rows
 
     paths = [r["path"] for r in read_rows(out)]
     assert len(paths) == 200 and len(set(paths)) == 200, "every input exactly once after the rerun"
+
+
+def _wait_for_lines(path: Path, lines: int, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (not path.exists() or path.read_text().count("\n") < lines):
+        time.sleep(0.05)
+    assert path.exists() and path.read_text().count("\n") >= lines, f"{path.name} never had {lines} lines"
 
 
 def script_source(script: str) -> str:

@@ -4,6 +4,12 @@ on a thread of its own, and stop it (the sentinel, a join until a deadline, then
 Why a Pipe each: when workers share one `mp.Queue`, SIGKILL of one wedged the others (it
 died holding the queue's read lock). Why spawn: CUDA cannot survive fork. What the messages
 mean, and what to do when a worker dies, is not decided here (pool.py, recovery.py).
+
+In-process mode, for tests only: with GPUCLI_TEST_INPROCESS_WORKERS=1 in the environment each
+worker is a thread of this process (`WorkerThread`) that runs the same loop (worker.py) and
+speaks the same messages over the same kind of Pipe; only the ~0.5-1 s spawn of an interpreter
+per worker is gone. It cannot stand in where processes are the subject (a kill, a crash, a hang,
+signals, memory): tests/conftest.py sets it for every test but those marked `processes`.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import asyncio
 import multiprocessing as mp
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -21,10 +28,15 @@ from typing import Any
 
 from gpucli.core.records import WorkerMessage
 from gpucli.core.signals import held_from_children
-from gpucli.engines.local.worker import STOP, worker_main
+from gpucli.engines.local.worker import STOP, worker_main, worker_thread_main
 from gpucli.tasks import TaskSpec
 
 RECEIVE_DRAIN = 256  # messages a receiver thread hands the loop at once, at most
+IN_PROCESS_VARIABLE = "GPUCLI_TEST_INPROCESS_WORKERS"  # "1": worker threads instead of processes (tests)
+
+
+def in_process_workers() -> bool:
+    return os.environ.get(IN_PROCESS_VARIABLE) == "1"
 
 
 @dataclass
@@ -64,6 +76,7 @@ class Processes:
         self._on_messages = on_messages
         self._on_exit = on_exit
         self._ctx = mp.get_context("spawn")
+        self.in_process = in_process_workers()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._senders = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gpucli-send-{i}")
                          for i in range(len(devices))]
@@ -72,11 +85,16 @@ class Processes:
         """A new process in this slot; it loads its model in the background. On the loop."""
         self._loop = asyncio.get_running_loop()
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(target=worker_main, args=(child_conn, self.spec, worker.device, self.threads),
-                                    name=f"gpucli-worker-{worker.index}", daemon=True)
-        with held_from_children():
+        name = f"gpucli-worker-{worker.index}"
+        if self.in_process:
+            process: Any = WorkerThread(child_conn, self.spec, worker.device, name)
             process.start()
-        child_conn.close()
+        else:
+            process = self._ctx.Process(target=worker_main, args=(child_conn, self.spec, worker.device, self.threads),
+                                        name=name, daemon=True)
+            with held_from_children():
+                process.start()
+            child_conn.close()
         worker.process, worker.conn, worker.ready, worker.alive = process, parent_conn, False, True
         worker.pid, worker.spawned_at = process.pid, time.monotonic()
         threading.Thread(target=self._receive, args=(worker, parent_conn, process), daemon=True,
@@ -108,10 +126,8 @@ class Processes:
     def kill(self, worker: Worker, reason: str) -> None:
         """Ends a stuck worker; its exit then reads as a death for `reason`."""
         worker.kill_reason = reason
-        try:
-            os.kill(worker.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if worker.process is not None:
+            worker.process.kill()  # SIGKILL; nothing happens if it has exited already
 
     def _join_all(self, deadline: float) -> None:
         for worker in self.workers:
@@ -128,6 +144,48 @@ class Processes:
             self._on_messages, worker, process, messages))
         process.join(5.0)
         self._loop.call_soon_threadsafe(self._on_exit, worker, process)
+
+
+class WorkerThread:
+    """In-process mode's worker: a thread that runs worker.py's loop on its end of the Pipe,
+    with the part of `multiprocessing.Process` that `Processes` uses. A thread cannot be killed:
+    `kill` shuts its Pipe down, so the parent hears an exit at once (as after SIGKILL) and the
+    thread ends by itself at its next receive or send."""
+
+    def __init__(self, conn: Any, spec: TaskSpec, device: str, name: str) -> None:
+        self.pid = os.getpid()
+        self.exitcode: int | None = None
+        self._conn = conn
+        self._thread = threading.Thread(target=self._run, args=(spec, device), name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self, spec: TaskSpec, device: str) -> None:
+        code = 1
+        try:
+            worker_thread_main(self._conn, spec, device)
+            code = 0
+        finally:
+            if self.exitcode is None:
+                self.exitcode = code
+
+    def is_alive(self) -> bool:
+        return self.exitcode is None and self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.exitcode is None:
+            self._thread.join(timeout)
+
+    def kill(self) -> None:
+        if self.exitcode is not None:
+            return
+        self.exitcode = -signal.SIGKILL
+        try:  # shutdown, not close: it wakes a receive blocked on this socket in another thread
+            with socket.socket(fileno=os.dup(self._conn.fileno())) as end:
+                end.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def receive_until_closed(conn: Any, hand: Callable[[list[WorkerMessage]], None]) -> None:

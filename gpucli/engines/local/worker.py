@@ -1,4 +1,5 @@
 """The loop inside each spawned worker process: load once, then predict batch after batch.
+(Tests may run the same loop in a thread instead: processes.py's in-process mode.)
 
 Messages (frozen dataclasses in gpucli.core.records), parent -> worker: `Work(batch_id, packed)`,
 or `STOP` (None, the sentinel). Worker -> parent: `Ready(pid, device)` or
@@ -36,13 +37,35 @@ STOP = None
 def worker_main(conn: Any, spec: TaskSpec, device: str, threads: int) -> None:
     """Entry point of a spawned worker. Never raises: every problem becomes a message."""
     leave_to_parent()  # a group's Ctrl-C or SIGTERM is the parent's to decide (gpucli.core.signals)
-    task = set_up(spec, device, threads)
+    if serve(conn, set_up(spec, device, threads), device):
+        _exit_now(conn)
+
+
+def worker_thread_main(conn: Any, spec: TaskSpec, device: str) -> None:
+    """Entry point of a worker thread (processes.py's in-process mode, for tests): the same
+    set-up, messages and loop, without what a process sets for itself alone (signals, thread
+    counts, the allocator), which in a thread would change its parent's."""
+    try:
+        with _THREAD_SETUP_LOCK:
+            task = load_task(spec, device)
+        serve(conn, task, device)
+    finally:
+        conn.close()
+
+
+# One worker thread loads its model at a time: two threads importing transformers' lazy modules at
+# once failed ("cannot import name 'AutoModel' from 'transformers'"); processes import apart.
+_THREAD_SETUP_LOCK = threading.Lock()
+
+
+def serve(conn: Any, task: Task | SetupFailed, device: str) -> bool:
+    """`Ready` and the loop, or `SetupFailed`; whether the model ran (then every result is sent)."""
     if isinstance(task, SetupFailed):
         _send(conn, task)
-        return
+        return False
     _send(conn, Ready(os.getpid(), device))
     run_loop(conn, task)
-    _exit_now(conn)
+    return True
 
 
 def set_up(spec: TaskSpec, device: str, threads: int) -> Task | SetupFailed:
@@ -51,10 +74,16 @@ def set_up(spec: TaskSpec, device: str, threads: int) -> Task | SetupFailed:
     model. A failure is the task's own error, for the user to read."""
     limit_threads(threads)
     keep_freed_memory()
+    return load_task(spec, device, threads)
+
+
+def load_task(spec: TaskSpec, device: str, threads: int = 0) -> Task | SetupFailed:
+    """The task and its model on `device`; with `threads`, torch's share of the cores too."""
     try:
         task = create_task(spec)
         task.setup(device)
-        limit_torch_threads(threads)
+        if threads:
+            limit_torch_threads(threads)
     except BaseException as exc:  # noqa: BLE001 - the parent shows the worker's own error
         return SetupFailed(describe_error(exc))
     return task
