@@ -21,7 +21,13 @@ Example (W = 10, overlap = 4), "The Sun is a star. It is hot and bright. Earth o
 "The Sun is a star.", the second "is a star. It is hot and bright." (4 tokens back, at a word
 start), the third "hot and bright. Earth orbits it.".
 
-A document that fits one window is one chunk, as before: its vector does not change.
+Pages: a document with pages (a PDF's pages, the slides of a PPTX or ODP: `Document.pages`) is
+cut page by page. No window spans two pages: the windows restart at each page's first token (a
+token belongs to the page its first character is on), so a row's `page` is the page all of its
+text is on, and every page with text has at least one row, even a short slide beside others.
+
+A document of one page (or none) that fits one window is one chunk, as before: its vector does
+not change.
 """
 
 from __future__ import annotations
@@ -132,6 +138,32 @@ def _cjk(char: str) -> bool:
             or 0x20000 <= code <= 0x3FFFF)
 
 
+def page_cuts(doc: Document) -> list[int]:
+    """Where in `doc.text` a page after the first starts (pages that start at 0 or past the text's
+    end, blank ones, cut nothing)."""
+    return sorted({start for start in doc.pages if 0 < start < len(doc.text)})
+
+
+def multi_page(docs: Sequence[tuple[Any, Document]]) -> set[int]:
+    """Indices of the (source, document) pairs whose windows restart at a page boundary: their
+    tokens need every offset (tasks/_tokens.py), even when the text fits one window."""
+    return {i for i, (_, doc) in enumerate(docs) if page_cuts(doc)}
+
+
+def page_tokens(doc: Document, offsets: Any, count: int) -> list[tuple[int, int]]:
+    """[first, last) token ranges of the pages that hold tokens, in order; [(0, count)] for a
+    text without page boundaries. A token belongs to the page its first character is on."""
+    cuts = page_cuts(doc)
+    if not cuts:
+        return [(0, count)]
+    if len(offsets) != count:
+        raise ValueError(f"a document of {len(doc.pages)} pages came with {len(offsets)} offsets for {count} "
+                         "tokens; its windows need every offset (multi_page). This is a bug.")
+    starts = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)[:, 0]
+    bounds = [0, *np.searchsorted(starts, cuts, side="left").tolist(), count]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
 class WindowBlock:
     """Token windows of many documents, cut by `text_windows`, collected into one block of items:
     every window's ids as one flat array (`Ragged`; overlapping windows share a document's ids)
@@ -151,16 +183,28 @@ class WindowBlock:
         self.text: list[str] = []
 
     def add(self, source_id: int, doc: Document, ids: Any, offsets: Any) -> None:
-        """One document's windows. A text that fits one window may come with only its first and
-        last offsets (tasks/_tokens.py), so its span is read from the ends of `offsets`."""
-        if len(ids) <= self.window:  # one window: most files of a tree of short texts
+        """One document's windows, none across a page boundary (module doc). A text that fits one
+        window may come with only its first and last offsets (tasks/_tokens.py), so its span is
+        read from the ends of `offsets`; a document of several pages comes with all of them
+        (`multi_page`)."""
+        pages = page_tokens(doc, offsets, len(ids))
+        if len(pages) == 1 and len(ids) <= self.window:  # one window: most files of a tree of short texts
             self._window(source_id, doc, 0, 0, len(ids), int(offsets[0][0]), int(offsets[-1][1]))
-        else:  # at paragraph, sentence or word boundaries (text_windows above)
-            for number, (start, end) in enumerate(text_windows(doc.text, offsets, self.window, self.overlap)):
-                self._window(source_id, doc, number, start, end - start, int(offsets[start][0]),
-                             int(offsets[end - 1][1]))
+        else:  # per page, at paragraph, sentence or word boundaries (text_windows above)
+            number = 0
+            for first, last in pages:
+                for start, end in self._page_windows(doc.text, offsets, first, last):
+                    self._window(source_id, doc, number, start, end - start, int(offsets[start][0]),
+                                 int(offsets[end - 1][1]))
+                    number += 1
         self.ids.append(ids)
         self.size += len(ids)
+
+    def _page_windows(self, text: str, offsets: Any, first: int, last: int) -> list[tuple[int, int]]:
+        """The windows of tokens [first, last) (one page's, or the whole text's)."""
+        if last - first <= self.window:
+            return [(first, last)]
+        return [(first + a, first + b) for a, b in text_windows(text, offsets[first:last], self.window, self.overlap)]
 
     def _window(self, source_id: int, doc: Document, number: int, start: int, length: int, first: int,
                 last: int) -> None:

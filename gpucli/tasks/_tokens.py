@@ -9,6 +9,7 @@ tokenizer's offset work.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,13 +31,15 @@ class TextTokens:
     prompt: str = ""
     prompt_ids: list[int] = field(default_factory=list)
 
-    def tokenize(self, texts: list[str]) -> list[tuple[Any, Any]]:
-        """(text ids, offsets into the text) per text, the prompt's tokens cut off. Texts over
-        SLICE_CHARS are tokenized in slices cut at whitespace, so that the parent's memory per
-        file stays bounded (a whole 100 MB text in one `encode` peaked at ~170 MiB per MiB)."""
+    def tokenize(self, texts: list[str], whole: Collection[int] = ()) -> list[tuple[Any, Any]]:
+        """(text ids, offsets into the text) per text, the prompt's tokens cut off; the texts at
+        indices `whole` get every offset even when they fit one window (a document of several
+        pages: its windows end at page boundaries, tasks/_chunking.py). Texts over SLICE_CHARS
+        are tokenized in slices cut at whitespace, so that the parent's memory per file stays
+        bounded (a whole 100 MB text in one `encode` peaked at ~170 MiB per MiB)."""
         small = [i for i, t in enumerate(texts) if len(t) <= SLICE_CHARS]
         if not self.prompt and len(small) == len(texts):  # the common case, without a step per text
-            return self._plain(texts)
+            return self._plain(texts, whole)
         out: list[tuple[Any, Any]] = [([], [])] * len(texts)
         encodings = self.tokenizer.encode_batch([self.prompt + texts[i] for i in small], add_special_tokens=False)
         for i, enc in zip(small, encodings):
@@ -45,15 +48,16 @@ class TextTokens:
             out[i] = self._large(texts[i])
         return out
 
-    def _plain(self, texts: list[str]) -> list[tuple[Any, Any]]:
+    def _plain(self, texts: list[str], whole: Collection[int]) -> list[tuple[Any, Any]]:
         """Texts without a prompt. An ASCII text that surely fits one window (no more characters
         than the window has tokens) is tokenized without offsets when its ends follow from the
         text (tasks/_spans.py): ~15% of the tokenizer's time."""
         encode = self.tokenizer.encode_batch
-        fast = [i for i, t in enumerate(texts) if len(t) <= self.window and t.isascii()] if self.ends_from_text else []
+        fast = [i for i, t in enumerate(texts) if len(t) <= self.window and t.isascii() and i not in whole] \
+            if self.ends_from_text else []
         if not fast:
-            return [(enc.ids, _ends(enc) if len(enc) <= self.window else enc.offsets)
-                    for enc in encode(texts, add_special_tokens=False)]
+            return [(enc.ids, _ends(enc) if len(enc) <= self.window and i not in whole else enc.offsets)
+                    for i, enc in enumerate(encode(texts, add_special_tokens=False))]
         out: list[tuple[Any, Any]] = [None] * len(texts)  # type: ignore[list-item]
         quick = self.tokenizer.encode_batch_fast([texts[i] for i in fast], add_special_tokens=False)
         for i, enc in zip(fast, quick):
@@ -61,7 +65,7 @@ class TextTokens:
         if len(fast) < len(texts):
             rest = [i for i, done in enumerate(out) if done is None]
             for i, enc in zip(rest, encode([texts[i] for i in rest], add_special_tokens=False)):
-                out[i] = (enc.ids, _ends(enc) if len(enc) <= self.window else enc.offsets)
+                out[i] = (enc.ids, _ends(enc) if len(enc) <= self.window and i not in whole else enc.offsets)
         return out
 
     def _without_prompt(self, ids: list[int], offsets: list[tuple[int, int]]) -> tuple[Any, Any]:

@@ -3,11 +3,15 @@ with the default model's tokenizer and no model forward."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpucli.core.records import Source
+from gpucli.inputs.extract import Document
+from gpucli.inputs.extract._layout import paged
 from gpucli.tasks import TaskSpec, create_task
-from gpucli.tasks._chunking import text_windows, windows
+from gpucli.tasks._chunking import WindowBlock, text_windows, windows
 from gpucli.tasks._unknown import MAX_UNKNOWN_SHARE, Unknown
 from tests.helpers import SAMPLE
 
@@ -81,6 +85,52 @@ def test_the_docstrings_example_holds(task):
     text = "The Sun is a star. It is hot and bright. Earth orbits it."
     assert [text[a:b] for a, b in cut(task, text, 10, 4)] == [
         "The Sun is a star.", "is a star. It is hot and bright.", "hot and bright. Earth orbits it."]
+
+
+# --- pages: no window across a page boundary ----------------------------------------------------------
+
+def rows(task, doc: Document, window: int, overlap: int) -> list[tuple[int, int, int]]:
+    """(page, char_start, char_end) of each row WindowBlock cuts from `doc`, with every offset."""
+    enc = task.tokenizer.encode(doc.text, add_special_tokens=False)
+    block = WindowBlock(window, overlap)
+    block.add(0, doc, enc.ids, enc.offsets)
+    return list(zip(block.page, block.char_start, block.char_end))
+
+
+@pytest.mark.parametrize("window, overlap", [(254, 32), (40, 8), (16, 4)])
+def test_no_window_spans_two_pages_and_every_page_with_text_has_one(task, window, overlap):
+    sizes = [3, 0, 30, 1, 12, 0, 0, 2, 45, 1]  # sentences per page: blank pages, short slides, long pages
+    pages = [" ".join(f"Page {n} sentence {k} tells of tides and moons." for k in range(size))
+             for n, size in enumerate(sizes, 1)]
+    doc = paged(pages)
+    cut = rows(task, doc, window, overlap)
+    for page, start, end in cut:
+        assert doc.page_at(start) == page == doc.page_at(end - 1), (page, doc.text[start:end][:40])
+        assert set(re.findall(r"Page (\d+) ", doc.text[start:end])) <= {str(page)}  # only its own page's words
+    assert {page for page, _, _ in cut} == {n for n, size in enumerate(sizes, 1) if size}
+    for n, text in enumerate(pages, 1):  # a page's rows cover it from its first word to its last
+        on_page = [(start, end) for page, start, end in cut if page == n]
+        if text:
+            assert doc.text[on_page[0][0]:].startswith(text[:20]) and doc.text[:on_page[-1][1]].endswith(text[-20:])
+
+
+def test_short_pages_that_fit_one_window_together_are_a_row_each(task):
+    doc = paged(["Tide Tables", "", "Agenda: approve the budget.", "Questions?"])
+    assert [(page, doc.text[a:b]) for page, a, b in rows(task, doc, 254, 32)] == [
+        (1, "Tide Tables"), (3, "Agenda: approve the budget."), (4, "Questions?")]
+
+
+def test_a_document_of_one_page_is_cut_as_a_text_without_pages(task):
+    text = (SAMPLE / "docs" / LONG[0]).read_text(encoding="utf-8")
+    assert [(a, b) for _, a, b in rows(task, Document(text, (0,)), 64, 16)] == \
+        [(a, b) for _, a, b in rows(task, Document(text), 64, 16)]
+
+
+def test_a_paged_document_without_every_offset_is_refused_as_a_bug(task):
+    doc = paged(["First page.", "Second page."])
+    enc = task.tokenizer.encode(doc.text, add_special_tokens=False)
+    with pytest.raises(ValueError, match="This is a bug"):
+        WindowBlock(254, 32).add(0, doc, enc.ids, [enc.offsets[0], enc.offsets[-1]])
 
 
 # --- the unknown-token rule -------------------------------------------------------------------------

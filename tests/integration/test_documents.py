@@ -4,6 +4,7 @@ The files are made by real writers (reportlab, python-docx); the model is the re
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ from gpucli.tasks import TaskSpec, create_task
 from tests.helpers import SAMPLE
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
+DOCS = Path(__file__).resolve().parents[1] / "data" / "docs"
 
 WORDS = ("planet orbit comet nebula gravity telescope asteroid galaxy meteor crater eclipse aurora solstice "
          "equinox quasar pulsar").split()
@@ -140,7 +142,7 @@ def test_pdf_rows_carry_their_page_and_slice_the_extracted_text(mixed):
     assert [r["page"] for r in rows] == sorted(r["page"] for r in rows) and {r["page"] for r in rows} == {1, 2, 3}
     for r in rows:
         assert doc.text[r["char_start"]:r["char_end"]] == r["text"]
-        assert doc.page_at(r["char_start"]) == r["page"]
+        assert doc.page_at(r["char_start"]) == r["page"] == doc.page_at(r["char_end"] - 1)  # all of it on its page
     others = [r for r in rows_of(out) if r["path"] != "paper.pdf"]
     assert all(r["page"] is None for r in others)
 
@@ -245,8 +247,59 @@ def test_a_2000_page_pdf_is_extracted_and_chunked_with_its_pages(tmp_path):
         task.documents.close()
     assert not failures
     pages = block.meta["page"].tolist()
-    assert pages[0] == 1 and pages[-1] > 1900 and pages == sorted(pages) and "Page 2000 " in block.meta["text"][-1]
+    assert pages == list(range(1, 2001)) and "Page 2000 " in block.meta["text"][-1]  # a row per page, on it
     assert all(re.match(r"^(Page|\d|holds|one|short|sentence|about|orbits)", t) for t in block.meta["text"])
+
+
+@pytest.fixture(scope="module")
+def task():
+    task = create_task(TaskSpec("embed", "minilm"))
+    task.open()
+    yield task
+    task.documents.close()
+
+
+def rows_on_pages(task, name: str, fmt: str, data: bytes) -> list[tuple[int, int, int, str]]:
+    """(page, char_start, char_end, text) of each row `prepare_many` cuts, after checking that
+    each lies on its page."""
+    block, failures = task.prepare_many([Source(0, name, name)], [data])
+    assert not failures
+    doc = extract(fmt, data)
+    rows = list(zip(block.meta["page"].tolist(), block.meta["char_start"].tolist(), block.meta["char_end"].tolist(),
+                    block.meta["text"]))
+    for page, start, end, _ in rows:
+        assert doc.page_at(start) == page == doc.page_at(end - 1)
+    return rows
+
+
+def test_short_slides_that_fit_one_window_together_get_a_row_each(task):
+    """A deck of short slides is one window of tokens: it was one row labelled slide 1."""
+    from pptx import Presentation
+
+    odp = (DOCS / "tide-talk.libreoffice.odp").read_bytes()  # LibreOffice's; slide 3 is empty
+    assert [(page, text) for page, _, _, text in rows_on_pages(task, "talk.odp", "odp", odp)] == [
+        (1, "Tide Tables\n\nHarbour committee, spring"), (2, "Agenda\n\nApprove the budget\nRepair the north pier"),
+        (4, "Costs\n\nPaint\t120\nRope\t45"), (5, "Questions?\n\nWrite to the harbour master.")]
+    deck = Presentation()
+    for title in ("Plan", "Hire", "Ship", "Thanks"):
+        deck.slides.add_slide(deck.slide_layouts[5]).shapes.title.text = title
+    buffer = io.BytesIO()
+    deck.save(buffer)
+    assert [(page, text) for page, _, _, text in rows_on_pages(task, "deck.pptx", "pptx", buffer.getvalue())] == [
+        (1, "Plan"), (2, "Hire"), (3, "Ship"), (4, "Thanks")]
+
+
+def test_pdf_pages_of_any_length_give_rows_that_never_cross_a_page(task, tmp_path):
+    """Pages of 1 to 30 sentences: each page's rows run from its first character to its last."""
+    path = tmp_path / "uneven.pdf"
+    write_pdf(path, [sentences(1, 2), sentences(2, 30), sentences(3, 1), sentences(4, 9), sentences(5, 1)])
+    doc = extract("pdf", path.read_bytes())
+    rows = rows_on_pages(task, "uneven.pdf", "pdf", path.read_bytes())
+    ends = [start - 2 for start in doc.pages[1:]] + [len(doc.text)]  # pages are joined by a blank line
+    assert len(doc.pages) > 5  # the long page flowed over two
+    for number, (start, end) in enumerate(zip(doc.pages, ends), 1):
+        spans = [(a, b) for page, a, b, _ in rows if page == number]
+        assert spans[0][0] == start and spans[-1][1] == end, number
 
 
 def test_a_document_past_the_extraction_time_limit_is_a_failure_and_the_run_goes_on(tmp_path):
