@@ -27,6 +27,7 @@ class Faults:
     slowdown: dict[str, int] = field(default_factory=dict)  # key -> GETs still answered 503 SlowDown
     reset: dict[str, int] = field(default_factory=dict)  # key -> GETs still cut mid-body
     denied_prefixes: tuple[str, ...] = ()  # GETs and listings under these: 403 AccessDenied
+    unlisted_prefixes: tuple[str, ...] = ()  # listings alone under these: 403 (GetObject without ListBucket)
     failing_list_prefixes: tuple[str, ...] = ()  # listings of these prefixes: 500 InternalError, always
     failing_next_pages: bool = False  # listings past their first page: 500 InternalError, always
     gone: tuple[str, ...] = ()  # GETs of these keys: 404 NoSuchKey (deleted between the listing and the read)
@@ -97,7 +98,7 @@ class _Proxy(BaseHTTPRequestHandler):
             return self._send(500, _error("InternalError", "We encountered an internal error. Please try again."))
         if listing and faults.failing_next_pages and "continuation-token" in query:
             return self._send(500, _error("InternalError", "We encountered an internal error. Please try again."))
-        if (listing and any(prefix.startswith(p) for p in faults.denied_prefixes)) or \
+        if (listing and any(prefix.startswith(p) for p in faults.denied_prefixes + faults.unlisted_prefixes)) or \
                 (key and method in ("GET", "HEAD") and any(key.startswith(p) for p in faults.denied_prefixes)):
             return self._send(403, _error("AccessDenied", "Access Denied"))
         if method == "GET" and key in faults.gone:

@@ -252,10 +252,47 @@ def test_roots_that_name_objects_are_those_objects_relative_to_their_prefix(s3, 
     assert {p for p, _ in rows(tmp_path / "out.parquet")} == {"a.txt", "sub/c.txt"}
 
 
-def test_a_bucket_that_does_not_exist_is_named_so(s3, tmp_path, quick_retries):
-    summary = run_fake(["s3://no-such-bucket-here/tree"], tmp_path / "out.parquet")
-    assert summary.exit_code == 1 and summary.inputs == 1
-    assert "no such bucket (NoSuchBucket (404))" in failures(summary)[0]["error"]
+def refused(root: str, out: Path):
+    """A CLI run on `root` with --json: what a cron log and a script see."""
+    return CliRunner().invoke(app, ["embed", root, "--out", str(out), "--json", "--progress", "plain",
+                                    "--devices", "cpu"])
+
+
+def test_a_bucket_that_does_not_exist_is_refused_before_any_work_naming_the_root(s3, tmp_path):
+    """As a missing directory is: exit 2, one error line naming the root, nothing written."""
+    out = tmp_path / "out.parquet"
+    result = refused("s3://no-such-bucket-here/tree", out)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == ["gpucli: error: s3://no-such-bucket-here/tree: no such bucket "
+                                          "(NoSuchBucket (404)); check the bucket name in the URL and the region"]
+    assert result.stdout == "" and not out.exists() and not Path(f"{out}.failures.jsonl").exists()
+    assert SECRET not in result.output
+
+
+@pytest.mark.parametrize("root,denied", [("tree", ("tree",)), ("", ("",))], ids=["prefix", "bucket"])
+def test_a_root_the_credentials_may_not_list_is_refused_before_any_work(s3, bucket, tmp_path, root, denied):
+    s3.faults.denied_prefixes = denied
+    url = f"s3://{bucket}/{root}".rstrip("/")
+    result = refused(url, tmp_path / "out.parquet")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"gpucli: error: {url}: access denied (AccessDenied (403)): the "
+                                          "credentials may not list it; check the policy (or the key) for this prefix"]
+    assert s3.traffic.object_gets == 0 and not (tmp_path / "out.parquet").exists()
+
+
+def test_an_object_root_is_read_where_only_listings_are_denied(s3, bucket, tmp_path):
+    """GetObject without ListBucket: a root naming an object is read, its prefix refused."""
+    s3.faults.unlisted_prefixes = ("tree",)
+    summary = run_fake([f"s3://{bucket}/tree/a.txt"], tmp_path / "out.parquet")
+    assert (summary.exit_code, summary.succeeded) == (0, 1)
+    assert refused(f"s3://{bucket}/tree", tmp_path / "other.parquet").exit_code == 2
+
+
+def test_a_root_whose_listing_keeps_failing_is_a_failure_record_not_a_refusal(s3, bucket, tmp_path, quick_retries):
+    """A store fault is no fault of the command: the walk retries it and a rerun tries again."""
+    s3.faults.failing_list_prefixes = ("tree/",)
+    summary = run_fake([f"s3://{bucket}/tree"], tmp_path / "out.parquet")
+    assert summary.exit_code == 1 and [f["path"] for f in failures(summary)] == ["."], "a failure record, as before"
 
 
 def test_out_to_a_bucket_is_refused_with_what_to_do_instead(s3, bucket):

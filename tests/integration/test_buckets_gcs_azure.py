@@ -22,6 +22,7 @@ pytest.importorskip("adlfs")
 pytest.importorskip("gcp_storage_emulator")
 
 from gpucli.app.cli import app  # noqa: E402
+from gpucli.core.errors import UsageError  # noqa: E402
 from gpucli.inputs.stores import retry  # noqa: E402
 from tests.fake_task import FAKE  # noqa: E402
 from tests.helpers import read_rows, run_fake, run_with, write_tree  # noqa: E402
@@ -171,12 +172,18 @@ def test_a_listing_that_fails_on_a_later_page_prunes_nothing_under_its_prefix(st
     assert "a.txt" in {p for p, _ in rows(out)}
 
 
-def test_a_bucket_that_does_not_exist_is_named_so(store, tmp_path, quick_retries):
-    summary = run_fake([f"{store.protocol}://no-such-bucket-here/tree"], tmp_path / "out.parquet")
-    assert summary.exit_code == 1 and summary.inputs == 1
-    record = failures(summary)[0]
-    assert record["path"] == "." and f"cannot list {store.protocol}://no-such-bucket-here/tree/: no such bucket" \
-        in record["error"], record
+def test_a_bucket_that_does_not_exist_is_refused_before_any_work_naming_the_root(store, tmp_path):
+    """As a missing directory is: exit 2, one error line naming the root (a container on Azure), nothing written."""
+    out, root = tmp_path / "out.parquet", f"{store.protocol}://no-such-bucket-here/tree"
+    result = CliRunner().invoke(app, ["embed", root, "--out", str(out), "--json", "--progress", "plain",
+                                      "--devices", "cpu"])
+    assert result.exit_code == 2, result.output
+    kind = "container" if store.protocol == "az" else "bucket"
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"gpucli: error: {root}: no such {kind} (") and line.endswith(f"check the {kind} name in "
+                                                                                         "the URL"), line
+    assert store.protocol != "az" or "(ContainerNotFound (404))" in line, "the store's own code, where it gives one"
+    assert result.stdout == "" and not out.exists() and not Path(f"{out}.failures.jsonl").exists()
 
 
 def test_many_keys_are_listed_a_page_at_a_time(store, monkeypatch):
@@ -197,8 +204,9 @@ def test_many_keys_are_listed_a_page_at_a_time(store, monkeypatch):
 
 
 def test_the_azurite_key_is_never_printed(azurite_server, tmp_path, monkeypatch, quick_retries):
-    """A real CLI run, a URL with the key in it, a store that cannot be reached (with GPUCLI_DEBUG's
-    traceback) and a wrong key: the summary, the log, the failures file hold no key."""
+    """A real CLI run, a URL with the key in it, a store that cannot be reached (a failure record) and
+    a wrong key (refused, exit 2), with and without GPUCLI_DEBUG's traceback: the summary, the log,
+    the error line, the failures file hold no key."""
     server, key = azurite_server, azurite_server.secret
     for name in _STORE_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -214,25 +222,34 @@ def test_the_azurite_key_is_never_printed(azurite_server, tmp_path, monkeypatch,
                                   str(tmp_path / "x.parquet")])
     assert refused.exit_code == 2 and "credentials in a URL are refused" in refused.stderr and key not in refused.output
 
-    monkeypatch.setenv("GPUCLI_DEBUG", "1")
     wrong = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk="
-    for name, env, want in (("dead", server.connection_string("http://127.0.0.1:9"), "after 4 attempts"),
-                            ("wrong", server.connection_string(key=wrong), "access denied")):
+
+    def run(name: str, env: str, debug: bool):
         monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", env)
+        monkeypatch.setenv("GPUCLI_DEBUG", "1" if debug else "")
         server.clear_cache()
         try:
-            failed = runner.invoke(app, ["embed", "az://secrets/tree", "--out", str(tmp_path / f"{name}.parquet"),
+            result = runner.invoke(app, ["embed", "az://secrets/tree", "--out", str(tmp_path / f"{name}.parquet"),
                                          "--json", "--progress", "plain", "--devices", "cpu"])
         finally:
             server.clear_cache()
-        everything = failed.output + ("".join(traceback.format_exception(failed.exception))
-                                      if failed.exception else "")
-        summary = json.loads(failed.stdout)
-        assert failed.exit_code == 1 and summary["failed"] == 1, failed.output
-        record = Path(summary["failures_file"]).read_text()
-        assert "cannot list az://secrets/tree/" in record and want in record, record
-        for secret in (key, wrong):
-            assert secret not in everything and secret not in record
+        everything = result.output + ("".join(traceback.format_exception(result.exception))
+                                      if result.exception else "")
+        assert key not in everything and wrong not in everything
+        return result
+
+    dead = run("dead", server.connection_string("http://127.0.0.1:9"), debug=True)
+    summary = json.loads(dead.stdout)  # a store that cannot be reached: a failure record, a rerun tries again
+    assert dead.exit_code == 1 and summary["failed"] == 1, dead.output
+    record = Path(summary["failures_file"]).read_text()
+    assert "cannot list az://secrets/tree/" in record and "after 4 attempts" in record, record
+    assert key not in record and wrong not in record
+    denied = run("wrong", server.connection_string(key=wrong), debug=False)  # the command must change: exit 2
+    assert denied.exit_code == 2 and denied.stdout == "", denied.output
+    assert denied.stderr.splitlines() == ["gpucli: error: az://secrets/tree: access denied (AuthorizationFailure "
+                                          "(403)): the credentials may not list it; check the policy (or the key) "
+                                          "for this prefix"]
+    assert isinstance(run("wrong-debug", server.connection_string(key=wrong), debug=True).exception, UsageError)
 
 
 def test_the_libraries_errors_are_classified():

@@ -196,7 +196,7 @@ def test_a_listing_of_many_keys_holds_a_page_not_the_prefix(monkeypatch):
 
     store = PagedStore(100_000)
     monkeypatch.setattr(filesystems, "filesystem", lambda protocol: store)
-    monkeypatch.setattr(listing, "_object_info", lambda fs, url: None)
+    monkeypatch.setattr(listing, "object_info", lambda fs, url: None)
     report = WalkReport()
     tracemalloc.start()
     try:

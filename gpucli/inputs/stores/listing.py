@@ -2,11 +2,14 @@
 
 The same contract as gpucli/inputs/walk.py's `walk_blocks`: blocks of `Source` and `Failure`, a
 `WalkReport` filled for `--prune`, the include/exclude globs, names starting with '.' passed
-over. A prefix is listed a page at a time with a '/' delimiter, 1000 keys a page (S3:
-ListObjectsV2; GCS: objects.list with pageToken; Azure: List Blobs with a marker), each page a
-block, so that memory holds one page and the prefixes still to list, never the tree: a prefix of a million keys is a thousand blocks. A prefix whose listing fails (access
+over. A prefix is listed a page at a time with a '/' delimiter, 1000 keys a page (pages.py),
+each page a block, so that memory holds one page and the prefixes still to list, never the
+tree: a prefix of a million keys is a thousand blocks. A prefix whose listing fails (access
 denied, the store still failing after the retries, even on its last page) is `unlisted`: a
 failure record names it and nothing under it is pruned, as for a directory that cannot be read.
+A root in a missing bucket, or one the credentials may not list, is refused before any work
+(roots.py), as a missing or unreadable directory is; met here (the bucket deleted since), it is
+a failure record too.
 
 A source's identity for the ledger comes from the listing: size, last-modified time (mtime, to
 the second as stores give it) and ETag (S3, Azure) or generation (GCS): `Source.version`."""
@@ -22,8 +25,9 @@ from gpucli.core.errors import UsageError
 from gpucli.core.records import Failure, Source
 from gpucli.core.stages import Stage
 from gpucli.inputs.stores import filesystems
+from gpucli.inputs.stores.pages import Pages
 from gpucli.inputs.stores.retry import reason, retrying
-from gpucli.inputs.stores.url import PROTOCOLS, StoreUrl, common_root, is_url, redact, relative
+from gpucli.inputs.stores.url import StoreUrl, common_root, is_url, redact, relative
 
 if TYPE_CHECKING:
     from gpucli.inputs.scope import WalkFilter, WalkReport
@@ -42,7 +46,7 @@ def list_blocks(roots: list[str], flt: WalkFilter, report: WalkReport) -> Iterat
     """Every wanted object under the URL roots, each once, in blocks, ids numbered from 0."""
     urls = parse_roots(roots)
     fs = filesystems.filesystem(urls[0].protocol)
-    objects = [_object_info(fs, u) for u in urls]
+    objects = [object_info(fs, u) for u in urls]
     base = common_root([u if info is None else _parent(u) for u, info in zip(urls, objects)])
     lister = _Lister(fs, base, flt, report)
     next_id = 0
@@ -60,7 +64,7 @@ def _parent(url: StoreUrl) -> StoreUrl:
     return StoreUrl(url.protocol, url.bucket, posixpath.dirname(url.key))
 
 
-def _object_info(fs: Any, url: StoreUrl) -> dict | None:
+def object_info(fs: Any, url: StoreUrl) -> dict | None:
     """The listing entry of a root that names one object (`s3://b/docs/a.txt`), or None for a
     prefix (one HEAD per root; a bucket is a prefix)."""
     if not url.key:
@@ -77,8 +81,7 @@ class _Lister:
 
     def __init__(self, fs: Any, base: StoreUrl, flt: WalkFilter, report: WalkReport) -> None:
         self.fs, self.base, self.flt, self.report = fs, base, flt, report
-        self.pages = {"s3fs": self._s3_pages, "gcsfs": self._gcs_pages, "adlfs": self._azure_pages}[
-            PROTOCOLS[base.protocol]]
+        self.pages = Pages(fs, base, PAGE_KEYS)
 
     def root(self, url: StoreUrl, info: dict | None) -> Iterator[list[Source | Failure]]:
         """A root's blocks: the object it names (`info`), or what is under its prefix."""
@@ -118,59 +121,6 @@ class _Lister:
             where = redact(str(StoreUrl(self.base.protocol, self.base.bucket, prefix)))
             yield [Failure(rel_dir, Stage.READ, f"cannot list {where}/: {reason(exc, 'list')}")]
 
-    def _s3_pages(self, prefix: str) -> Iterator[tuple[list[dict], list[str]]]:
-        """(objects, sub-prefixes) of each page of ListObjectsV2 under `prefix/`."""
-        kwargs: dict[str, Any] = {"Bucket": self.base.bucket, "Prefix": f"{prefix}/" if prefix else "",
-                                  "Delimiter": "/", "MaxKeys": PAGE_KEYS}
-        while True:
-            page = filesystems.run(self.fs, retrying, lambda kw=dict(kwargs): self.fs._call_s3("list_objects_v2", **kw))
-            objects = [{"key": c["Key"], "size": c["Size"], "mtime": c.get("LastModified"),
-                        "version": c.get("ETag", "")} for c in page.get("Contents", [])]
-            yield objects, [p["Prefix"].rstrip("/") for p in page.get("CommonPrefixes", [])]
-            if not page.get("IsTruncated"):
-                return
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
-
-    def _gcs_pages(self, prefix: str) -> Iterator[tuple[list[dict], list[str]]]:
-        """(objects, sub-prefixes) of each page of objects.list under `prefix/` (gcsfs's one-page
-        request; its `_ls` gathers every page of the prefix first)."""
-        params: dict[str, Any] = {"prefix": f"{prefix}/" if prefix else None, "delimiter": "/",
-                                  "maxResults": PAGE_KEYS}
-
-        while True:
-            page = filesystems.run(self.fs, retrying, lambda q=dict(params): self.fs._call(
-                "GET", "b/{}/o", self.base.bucket, json_out=True, **q))
-            objects = [{"key": i["name"], "size": int(i.get("size") or 0), "mtime": i.get("updated"),
-                        "version": i.get("generation", "")} for i in page.get("items", [])]
-            yield objects, [p.rstrip("/") for p in page.get("prefixes", [])]
-            if not page.get("nextPageToken"):
-                return
-            params["pageToken"] = page["nextPageToken"]
-
-    def _azure_pages(self, prefix: str) -> Iterator[tuple[list[dict], list[str]]]:
-        """(objects, sub-prefixes) of each page of List Blobs under `prefix/`, through adlfs's
-        service client (its `_ls` gathers every page of the prefix first)."""
-        from azure.storage.blob import BlobProperties
-
-        token: str | None = None
-        while True:
-            items, token = filesystems.run(self.fs, retrying, lambda t=token: self._azure_page(prefix, t))
-            blobs = [i for i in items if isinstance(i, BlobProperties)]
-            objects = [{"key": b.name, "size": b.size, "mtime": b.last_modified, "version": _quoted(b.etag)}
-                       for b in blobs]
-            yield objects, [i.name.rstrip("/") for i in items if not isinstance(i, BlobProperties)]
-            if not token:
-                return
-
-    async def _azure_page(self, prefix: str, token: str | None) -> tuple[list[Any], str | None]:
-        """One page from `token` on (a pager of its own, so that a retried page asks again for the same one)."""
-        async with self.fs.service_client.get_container_client(self.base.bucket) as container:
-            pager = container.walk_blobs(name_starts_with=f"{prefix}/" if prefix else None, delimiter="/",
-                                         results_per_page=PAGE_KEYS).by_page(continuation_token=token)
-            page = await pager.__anext__()
-            items = [item async for item in page]
-        return items, pager.continuation_token
-
     def _block(self, objects: list[dict]) -> list[Source | Failure]:
         out: list[Source | Failure] = []
         for obj in objects:
@@ -191,12 +141,6 @@ class _Lister:
         mtime = obj.get("mtime") or _mtime_of(obj)
         return Source(-1, relative(key, self.base), url, int(obj.get("size") or 0), _ns(mtime),
                       version=str(obj.get("version") or _version_of(obj)))
-
-
-def _quoted(etag: str | None) -> str:
-    """An Azure ETag as adlfs's `_info` gives it (quoted), so that a root naming one blob and its
-    prefix's listing give it the same version."""
-    return f'"{etag.strip(chr(34))}"' if etag else ""
 
 
 def _version_of(info: dict) -> str:
