@@ -18,12 +18,14 @@ from gpucli.core.records import Source
 from gpucli.core.stages import Stage
 from gpucli.core.summary import RunSummary
 from gpucli.engines.job import Job, default_out
+from gpucli.engines.run_inputs import check_roots
 from gpucli.output.ledger_view import ReadOnlyLedger
 from gpucli.output.sinks import open_sink
 from gpucli.output.state_dir import LEDGER, ledger_dir, own_paths
 
 
 def dry_run(config: RunConfig) -> RunSummary:
+    check_roots(config.paths)  # as a run does: a missing bucket is exit 2, not a "fail" line
     job = Job(config)
     job.task_cls = job.task_cls.variant(job.spec, download=False)  # image-text: images too; nothing fetched
     sink = open_sink(config.out or default_out(job.task_cls.name), state_dir=config.state_dir)

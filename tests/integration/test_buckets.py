@@ -252,10 +252,10 @@ def test_roots_that_name_objects_are_those_objects_relative_to_their_prefix(s3, 
     assert {p for p, _ in rows(tmp_path / "out.parquet")} == {"a.txt", "sub/c.txt"}
 
 
-def refused(root: str, out: Path):
+def refused(root: str, out: Path, *extra: str):
     """A CLI run on `root` with --json: what a cron log and a script see."""
     return CliRunner().invoke(app, ["embed", root, "--out", str(out), "--json", "--progress", "plain",
-                                    "--devices", "cpu"])
+                                    "--devices", "cpu", *extra])
 
 
 def test_a_bucket_that_does_not_exist_is_refused_before_any_work_naming_the_root(s3, tmp_path):
@@ -267,6 +267,13 @@ def test_a_bucket_that_does_not_exist_is_refused_before_any_work_naming_the_root
                                           "(NoSuchBucket (404)); check the bucket name in the URL and the region"]
     assert result.stdout == "" and not out.exists() and not Path(f"{out}.failures.jsonl").exists()
     assert SECRET not in result.output
+
+
+def test_a_dry_run_refuses_a_missing_bucket_as_a_run_does(s3, tmp_path):
+    """--dry-run answers what a run would do: a missing bucket is exit 2, not a 'fail' line and 0."""
+    result = refused("s3://no-such-bucket-here/tree", tmp_path / "out.parquet", "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert "no such bucket" in result.stderr and result.stdout == ""
 
 
 @pytest.mark.parametrize("root,denied", [("tree", ("tree",)), ("", ("",))], ids=["prefix", "bucket"])
