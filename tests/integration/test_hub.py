@@ -624,6 +624,7 @@ def test_a_sentence_transformers_model_from_the_cache_keeps_its_modules(hf_home,
 
 
 @pytest.mark.slow
+@pytest.mark.processes  # the worker's own process must find the snapshot: nothing shared with the parent
 def test_cli_downloads_a_classifier_and_records_its_commit_in_the_output(tmp_path, fake_hub, hf_home):
     """End to end: the parent downloads once from the (fake) Hub, the workers load the cached
     snapshot, the Parquet metadata names the commit, and stdout holds only the JSON summary."""

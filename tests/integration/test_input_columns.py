@@ -17,7 +17,7 @@ from gpucli.engines.local.pipeline import run
 from gpucli.output.fingerprint import digest
 from tests.fake_task import FAKE
 
-pytestmark = pytest.mark.slow  # each test runs the pipeline (spawned workers)
+pytestmark = pytest.mark.slow  # each test runs the pipeline
 
 PER_INPUT = ["size", "mtime", "digest"]
 

@@ -1,4 +1,5 @@
-"""The whole pipeline on the fake task: reader, batching, two spawned workers, writer."""
+"""The whole pipeline on the fake task: reader, batching, two workers (threads here, tests/conftest.py;
+spawned processes where the test is marked `processes`), writer."""
 
 from __future__ import annotations
 
@@ -182,3 +183,21 @@ def test_a_first_run_loads_the_model_while_the_tree_is_read_and_a_rerun_loads_no
     marker.unlink()
     again = run_fake([root], tmp_path / "out.parquet", options)
     assert again.unchanged == 5 and not marker.exists()
+
+
+@pytest.mark.processes
+def test_workers_are_processes_and_threads_only_where_the_tests_variable_asks(tree, tmp_path, monkeypatch):
+    """A user's run spawns its workers; GPUCLI_TEST_INPROCESS_WORKERS=1 (the tests', set by
+    tests/conftest.py) runs the same loop in threads of this process."""
+    from gpucli.engines.local.processes import IN_PROCESS_VARIABLE
+
+    root = tree({"a.txt": "one\n", "b.txt": "two\n"})
+    pids = {}
+    for mode in ("processes", "threads"):
+        if mode == "threads":
+            monkeypatch.setenv(IN_PROCESS_VARIABLE, "1")
+        log = tmp_path / f"{mode}.jsonl"
+        summary = run_fake([root], tmp_path / f"{mode}.parquet", {"batch_log": str(log)}, workers_per_device=2)
+        assert (summary.exit_code, summary.rows) == (0, 2)
+        pids[mode] = {json.loads(line)["pid"] for line in log.read_text().splitlines()}
+    assert os.getpid() not in pids["processes"] and pids["threads"] == {os.getpid()}

@@ -141,3 +141,44 @@ def test_a_crash_is_blamed_on_the_batch_the_worker_said_it_started_not_the_oldes
     pool._on_messages(worker, process, [Started(1), Started(2)])
     actions = recovery.after_death(pool.dispatch.take_all(worker), "exit code 3", pool.dispatch.new_id)
     assert [(a.batch.id, a.batch.attempts) for a in actions] == [(2, 1), (1, 0)]
+
+
+def test_a_killed_worker_thread_is_heard_as_a_sigkill_at_once_and_ends_by_itself(monkeypatch):
+    """The tests' in-process mode (a worker is a thread) stands in for a kill: the thread's Pipe is
+    shut down, the parent hears the exit as after SIGKILL, and the thread leaves its loop."""
+    import signal
+    import threading
+    import time
+
+    from gpucli.core.records import Ready
+    from gpucli.engines.local.processes import IN_PROCESS_VARIABLE, Processes, exit_text
+
+    monkeypatch.setenv(IN_PROCESS_VARIABLE, "1")
+    spec = task_and_spec(RunConfig(task=FAKE, paths=(".",)))[1]
+    heard: list = []
+
+    async def scenario() -> None:
+        ready, exited = asyncio.Event(), asyncio.Event()
+
+        def on_messages(worker, process, messages) -> None:
+            heard.extend(messages)
+            if any(isinstance(m, Ready) for m in messages):
+                ready.set()
+
+        def on_exit(worker, process) -> None:
+            heard.append(process.exitcode)
+            exited.set()
+
+        processes = Processes(spec, ["cpu"], 1, on_messages, on_exit)
+        processes.spawn(processes.workers[0])
+        await asyncio.wait_for(ready.wait(), 30)
+        processes.kill(processes.workers[0], "stuck")
+        await asyncio.wait_for(exited.wait(), 30)
+
+    asyncio.run(scenario())
+    assert isinstance(heard[0], Ready) and exit_text(heard[-1]) == "killed by SIGKILL" == \
+        exit_text(-signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(t.name == "gpucli-worker-0" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(t.name == "gpucli-worker-0" for t in threading.enumerate()), "the worker thread went on"
