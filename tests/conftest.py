@@ -29,6 +29,8 @@ os.environ[INPROCESS] = "1"
 from tests import fake_task  # noqa: E402
 from tests.helpers import write_tree  # noqa: E402
 
+os.environ[fake_task.PYTEST_PID] = str(os.getpid())  # where the fake task's CRASH and HANG must not run
+
 
 @pytest.fixture(autouse=True)
 def worker_kind(request, monkeypatch):

@@ -132,14 +132,15 @@ MISPLACED: list[str] = []  # markers met in a thread of the test process (tests/
 
 def _in_a_process(marker: str) -> None:
     """CRASH, HANG and DIE_IN_PREPARE take down or stall the process they run in: in a worker
-    thread of the test process (processes.py's in-process mode) or a reader thread that would
-    be pytest itself, so they raise there instead, and the test fails for want of its marker."""
-    if os.getpid() == _TEST_PROCESS and threading.current_thread() is not threading.main_thread():
+    thread of pytest's own process (processes.py's in-process mode) or a reader thread there, that
+    would be pytest itself, so they raise instead, and the test fails for want of its marker.
+    Elsewhere (spawned workers, readers, Ray's actors, a test's subprocess) they do what they say."""
+    if os.environ.get(PYTEST_PID) == str(os.getpid()) and threading.current_thread() is not threading.main_thread():
         MISPLACED.append(marker)
         raise RuntimeError(f"{marker} in a thread of the test process")
 
 
-_TEST_PROCESS = os.getpid()  # in a spawned worker this module is imported again, with the worker's pid
+PYTEST_PID = "GPUCLI_TEST_PYTEST_PID"  # set by tests/conftest.py: the pid of pytest's own process
 
 
 def _wait_for(path: str, timeout_s: float) -> None:
