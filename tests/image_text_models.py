@@ -11,13 +11,15 @@ The same arguments give the same files and the same weights.
   the 256 byte characters, each also with "</w>", merges that spell out a few common English
   words, then <|startoftext|> and <|endoftext|>. The text tower pools at the first
   `text_config.eos_token_id`, which is the tokenizer's <|endoftext|> id (the pad token too).
-- SigLIP: real SigLIP ships a SentencePiece model (spiece.model, the slow `SiglipTokenizer`); here
-  a SentencePiece-like Unigram model built with `tokenizers` from a fixed list of pieces (the
-  trainer is not deterministic), lowercasing, "▁" for spaces, </s> appended, </s> for padding,
-  saved as a `PreTrainedTokenizerFast` whose model_max_length is the text tower's
-  max_position_embeddings (16). The text tower pools at the LAST position, whatever token is
-  there: hence SigLIP's `padding="max_length"`. The tokenizer returns an attention_mask, and
-  with it SigLIP's vectors change (see `reference_text_vectors`).
+- SigLIP: a SentencePiece-like Unigram model built with `tokenizers` from a fixed list of pieces
+  (the trainer is not deterministic), lowercasing, "▁" for spaces, </s> appended, </s> for
+  padding, saved as a `PreTrainedTokenizerFast` (tokenizer.json) whose model_max_length is the
+  text tower's max_position_embeddings (16). With `sentencepiece=True`, as the Hub's
+  google/siglip-* repos ship it instead: the same pieces as a real SentencePiece model
+  (spiece.model) saved by the slow `SiglipTokenizer`, and no tokenizer.json. The text tower
+  pools at the LAST position, whatever token is there: hence SigLIP's `padding="max_length"`.
+  The tokenizer returns an attention_mask, and with it SigLIP's vectors change (see
+  `reference_text_vectors`).
 
 Test files import these as `from tests.image_text_models import ...`.
 """
@@ -192,12 +194,57 @@ def save_siglip_tokenizer(path: Path, words: Sequence[str] = WORDS) -> Any:
     return tokenizer
 
 
-def save_tiny_siglip(path: Path, image_size: int = 32, patch_size: int = 8, seed: int = 0) -> Path:
+def save_siglip_sentencepiece(path: Path, words: Sequence[str] = WORDS) -> Any:
+    """SigLIP's tokenizer as the Hub's google/siglip-* repos ship it: a SentencePiece Unigram model
+    of `siglip_pieces` (written as a ModelProto, so the pieces are these: training would pick its
+    own) with SentencePiece's nmt_nfkc normalisation, saved into `path` by transformers' slow
+    `SiglipTokenizer` (spiece.model and tokenizer_config.json; no tokenizer.json, as SigLIP has
+    no fast tokenizer class). Returns the tokenizer."""
+    _, transformers = _libraries()
+    spm = pytest.importorskip("sentencepiece")
+    from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
+    proto = model_pb2.ModelProto()
+    proto.normalizer_spec.CopyFrom(_nmt_nfkc_normalizer(spm, model_pb2))
+    trainer = proto.trainer_spec
+    trainer.model_type = model_pb2.TrainerSpec.UNIGRAM
+    trainer.pad_id, trainer.eos_id, trainer.unk_id, trainer.bos_id = 0, 1, 2, -1  # SIGLIP_SPECIALS' order
+    trainer.pad_piece, trainer.eos_piece, trainer.unk_piece = SIGLIP_SPECIALS
+    kinds = {"<pad>": model_pb2.ModelProto.SentencePiece.CONTROL, "</s>": model_pb2.ModelProto.SentencePiece.CONTROL,
+             "<unk>": model_pb2.ModelProto.SentencePiece.UNKNOWN}
+    for piece, score in siglip_pieces(words):
+        proto.pieces.add(piece=piece, score=score, type=kinds.get(piece, model_pb2.ModelProto.SentencePiece.NORMAL))
+    trainer.vocab_size = len(proto.pieces)
+    path.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tiny-siglip-spiece-") as tmp:
+        (Path(tmp) / "spiece.model").write_bytes(proto.SerializeToString())
+        tokenizer = transformers.SiglipTokenizer(vocab_file=str(Path(tmp) / "spiece.model"),
+                                                 model_max_length=SIGLIP_TEXT_POSITIONS)
+        tokenizer.save_pretrained(path)
+    assert (path / "spiece.model").is_file() and not (path / "tokenizer.json").exists()
+    return tokenizer
+
+
+def _nmt_nfkc_normalizer(spm: Any, model_pb2: Any) -> Any:
+    """SentencePiece's nmt_nfkc normalizer spec (its precompiled charsmap included), from a char
+    model trained on a few letters: the trainer compiles the rule, the pieces are thrown away."""
+    import io
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(["a b c"] * 10), model_writer=model, model_type="char",
+                                   vocab_size=8, hard_vocab_limit=False, normalization_rule_name="nmt_nfkc",
+                                   minloglevel=2, num_threads=1)
+    return model_pb2.ModelProto.FromString(model.getvalue()).normalizer_spec
+
+
+def save_tiny_siglip(path: Path, image_size: int = 32, patch_size: int = 8, seed: int = 0, *,
+                     sentencepiece: bool = False) -> Path:
     """A randomly initialised `SiglipModel` (2 layers, 4 heads, width 32 in each tower: vectors of
-    32) with its `SiglipImageProcessor` and a fast tokenizer, in `path`."""
+    32) with its `SiglipImageProcessor` and a fast tokenizer, or with `sentencepiece` only its
+    SentencePiece model (as on the Hub), in `path`."""
     torch, transformers = _libraries()
     path = Path(path)
-    tokenizer = save_siglip_tokenizer(path)
+    tokenizer = save_siglip_sentencepiece(path) if sentencepiece else save_siglip_tokenizer(path)
     tower = {"hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE, "num_hidden_layers": LAYERS,
              "num_attention_heads": HEADS}  # fmt: skip
     text = {**tower, "vocab_size": len(tokenizer), "max_position_embeddings": SIGLIP_TEXT_POSITIONS,

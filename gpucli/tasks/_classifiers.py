@@ -92,9 +92,9 @@ class HuggingFaceAdapter:
         """`cache_first` in a worker: the parent has resolved (and downloaded) the same model."""
         self.resolved = _resolve(self.model, self.revision, cache_first)
         config = _hf_config(self.model, self.resolved.path)
-        self.processor = _hf_processor(self.model, self.resolved.path)
+        self.processor = hf_processor(self.model, self.resolved.path)
         self.labels = _hf_labels(config)
-        self.normalize = _hf_normalize(self.processor)
+        self.normalize = hf_normalize(self.processor)
 
     def describe(self) -> dict[str, str]:
         return {"gpucli.image_processor": type(self.processor).__name__, **hub_info(self.resolved)}
@@ -157,7 +157,7 @@ def _hf_config(model: str, path: str) -> Any:
     return config
 
 
-def _hf_processor(model: str, path: str) -> Any:
+def hf_processor(model: str, path: str) -> Any:
     """The model's image processor, on Pillow: the same across machines, with or without
     torchvision, and it takes the Pillow image we decoded as it is."""
     from transformers import AutoImageProcessor
@@ -177,7 +177,9 @@ def _hf_labels(config: Any) -> list[str]:
     return [first_synonym(id2label.get(i, f"LABEL_{i}")) for i in range(count)]
 
 
-def _hf_normalize(processor: Any) -> Normalize:
+def hf_normalize(processor: Any) -> Normalize:
+    """The processor's rescaling and normalisation, which the workers apply on the device (here and
+    in an image-text model's towers: tasks/_image_text_towers.py)."""
     scale = float(processor.rescale_factor) if getattr(processor, "do_rescale", False) else 1.0
     if not getattr(processor, "do_normalize", False):
         return Normalize(scale, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))

@@ -1,7 +1,8 @@
 """embed with an image-text model (CLIP, SigLIP): images and texts into one vector space.
 
 `gpucli embed` becomes this task when `--model` names a model with a vision and a text tower
-(`EmbedTask.variant`): the same command, options and output, with image files as inputs too.
+(`EmbedTask.variant`): the same command, options and output (tasks/_embed_base.py), with image
+files as inputs too.
 
     image   decoded as classify decodes (EXIF orientation, CMYK, 16-bit, alpha on white, bombs
             refused: tasks/_images.py), resized and cropped by the model's own image processor
@@ -9,11 +10,14 @@
             `modality` "image", the vector `get_image_features` gives, L2-normalised
     text    read, extracted, cleaned and cut into windows exactly as embed does (its windows are
             the text tower's length: 77 tokens for CLIP, 64 for SigLIP); `modality` "text", the
-            vector `get_text_features` gives, L2-normalised
+            vector `get_text_features` gives, L2-normalised. The tokenizer is the model's
+            tokenizer.json, or one built from SigLIP's SentencePiece model
+            (tasks/_image_text_texts.py)
 
 Both kinds travel in one block: a payload per item (a uint8 H x W x 3 array, or the window's
 token ids with the tokenizer's special tokens), images through shared memory. A batch may hold
-both; the worker runs each kind as its own forward pass and returns the vectors in order.
+both (tasks/_image_text_items.py); the worker runs each kind as its own forward pass of its
+tower (tasks/_image_text_towers.py) and returns the vectors in order.
 The cost of an item is in tokens for both: a window's tokens, or the vision tower's patches
 (+1), so the batch caps of text embedding fit images too.
 
@@ -32,74 +36,43 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gpucli.core.errors import UsageError
+from gpucli.core.errors import InputError, UsageError
 from gpucli.core.records import Failure, Items, Source
 from gpucli.core.stages import Stage
+from gpucli.inputs.extract import extractor_versions
 from gpucli.models.hub import check_package, hub_info, resolve_model_dir
-from gpucli.tasks._images import IMAGE_SUFFIXES, ShmBatch, ShmPool, open_image, read_batch, stack
+from gpucli.tasks._classifiers import hf_processor
+from gpucli.tasks._dims import dims_info
+from gpucli.tasks._documents import Documents
+from gpucli.tasks._embed_base import EmbedBase
+from gpucli.tasks._image_text_config import ImageTextConfig, processor_name, refuse_options, weight_bytes
+from gpucli.tasks._image_text_items import IMAGE, MixedBatch, image_items, rows_schema, rows_table, text_items
+from gpucli.tasks._image_text_texts import no_tokenizer, slow_query_ids, text_tokenizer
+from gpucli.tasks._image_text_towers import Towers
+from gpucli.tasks._images import IMAGE_SUFFIXES, ShmPool, open_image, stack
+from gpucli.tasks._st_modules import Prompts
+from gpucli.tasks._tokenizer import saved_pad_id, special_tokens
+from gpucli.tasks._tokens import TextTokens
 from gpucli.tasks._unknown import Unknown
-from gpucli.tasks.base import per_core
-from gpucli.tasks.embed import DOCUMENT_WEIGHT, EmbedTask, _special_tokens, load_tokenizer
+from gpucli.tasks.base import TaskSpec, per_core
 
-IMAGE, TEXT = "image", "text"
 IMAGE_WEIGHT = 16  # files an image counts as in a read chunk: decoding a photo costs ~ a document's extraction
 DEFAULT_OVERLAP = 32  # EmbedOptions.chunk_overlap's default: a quarter of the window where a tower is shorter
 REAL_MODEL_BYTES = 4_000_000  # weights from which the model gets a worker per CPU core (as classify)
-# model types whose text tower was trained on texts padded to its full length, pooled at the last position
-PAD_TO_LENGTH = ("siglip",)
-SUPPORTED = ("clip", "siglip", "chinese_clip", "altclip")  # get_image_features / get_text_features, fixed size
 
 
-def is_image_text(path: str) -> bool:
-    """Whether the model directory at `path` holds an image-text model (a vision and a text tower)."""
-    from gpucli.models.model_kind import ModelKind, model_kind
-
-    return model_kind(path)[0] is ModelKind.IMAGE_TEXT
-
-
-def image_text_dir(model: str, revision: str = "", download: bool = True) -> str | None:
-    """The local directory of `model` when it is an image-text model, else None. A Hub id is taken
-    from the cache (downloaded where the Hub is reachable and it is not cached, unless not
-    `download`); a model that cannot be found is left to the text task, whose loader says what to do."""
-    try:
-        path = resolve_model_dir(model, revision, kind="transformers", cache_first=True,
-                                 cache_only=not download).path
-    except UsageError:
-        return None
-    return path if is_image_text(path) else None
-
-
-@dataclass(frozen=True)
-class MixedBatch:
-    """A batch on its way to a worker: the images in one shared-memory block, the windows'
-    ids pickled, and where each goes back in the batch's order."""
-
-    size: int
-    images: ShmBatch | None
-    image_at: tuple[int, ...]
-    texts: tuple[Any, ...]
-    text_at: tuple[int, ...]
-
-    def __len__(self) -> int:
-        return self.size
-
-
-class ImageTextTask(EmbedTask):
+class ImageTextTask(EmbedBase):
     """`gpucli embed --model CLIP_OR_SIGLIP`: see the module docstring."""
 
-    name = "embed"  # embed itself for the user; not registered (an `_` module): EmbedTask.variant picks it
-    suffixes = tuple(dict.fromkeys(EmbedTask.suffixes + IMAGE_SUFFIXES))
+    suffixes = tuple(dict.fromkeys(EmbedBase.suffixes + IMAGE_SUFFIXES))
     queue_items = 512  # an image waits as ~150 KB at 224 x 224
-    terms = None  # --sparse is refused for image-text models (embed's prepare_many asks for its weights)
     read_chunk_files = 64
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: TaskSpec) -> None:
         super().__init__(spec)
         self._shm = ShmPool()
         self._processor: Any = None
@@ -110,9 +83,7 @@ class ImageTextTask(EmbedTask):
         """The model's own image processor (on Pillow: gpucli.tasks._classifiers), loaded once."""
         with self._processor_lock:
             if self._processor is None:
-                from gpucli.tasks._classifiers import _hf_processor
-
-                self._processor = _hf_processor(self.spec.model, self.path)
+                self._processor = hf_processor(self.spec.model, self.path)
             return self._processor
 
     def read_weight(self, path: str) -> int:
@@ -128,7 +99,7 @@ class ImageTextTask(EmbedTask):
         return 0  # Pillow and the tokenizer release the GIL: threads, as classify reads
 
     def cpu_workers(self, cores: int) -> int:
-        return per_core(cores) if _weight_bytes(self.path) >= REAL_MODEL_BYTES else 1
+        return per_core(cores) if weight_bytes(self.path) >= REAL_MODEL_BYTES else 1
 
     # --- parent ---------------------------------------------------------------------------
     def open(self) -> None:
@@ -138,58 +109,28 @@ class ImageTextTask(EmbedTask):
         self.resolved = resolve_model_dir(self.spec.model, self.spec.revision, kind="transformers",
                                           cache_first=self._in_worker)
         self.path = self.resolved.path
-        config = json.loads((Path(self.path) / "config.json").read_text(encoding="utf-8"))
-        self.model_type = str(config.get("model_type") or "")
-        if self.model_type not in SUPPORTED:
-            raise UsageError(f"--model {self.spec.model}: a {self.model_type!r} image-text model; gpucli embed runs "
-                             f"image-text models of the types {', '.join(SUPPORTED)} (CLIP, SigLIP and SigLIP 2 "
-                             "fixed-resolution checkpoints, Chinese-CLIP, AltCLIP)")
-        if self.options.backend == "onnx" or self.options.quantize:
-            raise UsageError(f"--model {self.spec.model} is an image-text model: it runs on --backend torch only "
-                             "(no --backend onnx, no --quantize)")
-        if self.options.sparse:  # issue 30: sparse vectors are over a text model's token windows
-            raise UsageError(f"--sparse: --model {self.spec.model} is an image-text model; sparse lexical vectors "
-                             "are made for text models only for now (embed without --sparse)")
-        text, vision = config.get("text_config") or {}, config.get("vision_config") or {}
-        self.spec = _on_torch(self.spec)
+        self.config = ImageTextConfig.read(self.spec.model, self.path)
+        refuse_options(self.spec.model, self.options)
+        self.spec = dataclasses.replace(self.spec, options={**self.spec.options, "backend": "torch"}, runtime="torch")
         self.runtime, self.notices = "torch", []
-        self.max_tokens = int(text.get("max_position_embeddings") or 77)
-        if self.options.chunk_tokens:
-            self.max_tokens = min(self.max_tokens, self.options.chunk_tokens)
-        self.pad_to = self.max_tokens if self.model_type in PAD_TO_LENGTH else 0
-        from gpucli.tasks._st_modules import Prompts
-
+        self.max_tokens = min(self.config.text_positions, self.options.chunk_tokens or self.config.text_positions)
         self.prompts = Prompts(self.options.prefix, "", "", "")
-        if self.options.prompt:
-            raise UsageError(f"--prompt: {self.spec.model} names no prompts; use --prefix TEXT")
-        self.tokenizer = None  # no tokenizer.json (SigLIP's SentencePiece): images only; queries by transformers
         self.prompt, self.window, self.unknown = self.options.prefix, self.max_tokens, None
-        self.pad_id = int(text.get("pad_token_id") or 0)
-        if (Path(self.path) / "tokenizer.json").is_file():
-            self._open_texts(text)
-        from gpucli.tasks._documents import Documents
-
+        self.pad_id = self.config.pad_id
+        self.tokenizer = text_tokenizer(self.path, self.config.model_type)  # None: texts are refused, images embedded
+        if self.tokenizer is not None:
+            self._open_texts()
         self.documents = Documents(self.options.extract_timeout)
-        self.processor_name = _processor_name(self.path)
-        self.image_cost = _patches(vision)
-        self.dims = int(config.get("projection_dim") or text.get("projection_size") or text.get("hidden_size") or 0)
-        if not self.dims:
+        self.processor_name = processor_name(self.path)
+        if not self.config.dims:
             raise UsageError(f"model {self.spec.model!r}: its config names no projection or hidden size")
-        from gpucli.tasks._dims import checked_dims
+        self.keep_dims(self.path, self.config.dims)  # --dims (issue 30): the first dims of both towers' vectors
+        self.layer_weights = self.config.layer_weights
 
-        self.full_dims = self.dims  # --dims (issue 30): the first dims of both towers' vectors
-        self.dims = checked_dims(self.spec.model, self.path, self.full_dims, self.options.dims, self.options.force_dims)
-        if self.dims == self.full_dims and self.options.dims:  # all the model's dims: no cut, no new setting
-            self.options = dataclasses.replace(self.options, dims=0)
-        hidden, layers = int(vision.get("hidden_size") or 768), int(vision.get("num_hidden_layers") or 12)
-        self.layer_weights = layers * 12 * hidden * hidden
-
-    def _open_texts(self, text: dict) -> None:
-        """The fast tokenizer and the windows it cuts (as embed's, the text tower's length)."""
-        self.tokenizer = load_tokenizer(self.path)
-        self._ends_from_text = False
-        self.prefix, self.suffix = _special_tokens(self.tokenizer)
-        self.pad_id = _pad_id(self.path, self.tokenizer, text)
+    def _open_texts(self) -> None:
+        """The tokenizer's windows (as embed's, the text tower's length)."""
+        self.prefix, self.suffix = special_tokens(self.tokenizer)
+        self.pad_id = saved_pad_id(self.path, self.tokenizer, self.config.pad_id)
         self.use_prompt(self.options.prefix)
         if self.options.chunk_overlap == DEFAULT_OVERLAP and self.window <= DEFAULT_OVERLAP:  # a short tower
             self.options = dataclasses.replace(self.options, chunk_overlap=self.window // 4)
@@ -199,71 +140,58 @@ class ImageTextTask(EmbedTask):
         self.unknown = Unknown.of(self.tokenizer, self.spec.model)
 
     def use_prompt(self, prompt: str) -> None:
-        from gpucli.tasks._tokens import TextTokens
-
         self.prompt = prompt
         self.prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids if prompt else []
-        self.prompt_length = 0
         self.window = self.max_tokens - len(self.prefix) - len(self.suffix) - len(self.prompt_ids)
         self.tokens = TextTokens(self.tokenizer, self.window, False, prompt, self.prompt_ids)
 
-    def info(self) -> dict[str, str]:
-        from gpucli.inputs.extract import extractor_versions
-        from gpucli.tasks._dims import dims_info
-
-        return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
-                "gpucli.max_tokens": str(self.max_tokens), "gpucli.modality": "image,text",
-                **self.stored.info(),  # --vector-type (issue 30): as for text models (gpucli/core/vectors.py)
-                "gpucli.model_type": self.model_type, "gpucli.normalize": str(self._normalizes).lower(),
-                "gpucli.prompt": self.prompt, "gpucli.image_processor": self.processor_name,
-                **hub_info(self.resolved), "gpucli.runtime": "torch",
-                "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True),
-                **dims_info(self.full_dims, self.dims)}
+    @property
+    def pad_to(self) -> int:
+        """The length SigLIP's windows are padded to (0: CLIP's, to the longest, with a mask)."""
+        return self.max_tokens if self.config.pads_to_length else 0
 
     @property
     def _normalizes(self) -> bool:
         return self.options.normalize is not False
 
-    def schema(self):
-        import pyarrow as pa
+    def info(self) -> dict[str, str]:
+        return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
+                "gpucli.max_tokens": str(self.max_tokens), "gpucli.modality": "image,text",
+                **self.stored.info(),  # --vector-type (issue 30): as for text models (gpucli/core/vectors.py)
+                "gpucli.model_type": self.config.model_type, "gpucli.normalize": str(self._normalizes).lower(),
+                "gpucli.prompt": self.prompt, "gpucli.image_processor": self.processor_name,
+                **hub_info(self.resolved), "gpucli.runtime": "torch",
+                "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True),
+                **dims_info(self.full_dims, self.dims)}
 
-        return pa.schema([("chunk", pa.int32()), ("page", pa.int32()), ("char_start", pa.int64()),
-                          ("char_end", pa.int64()), ("text", pa.string()), ("modality", pa.string()),
-                          ("embedding", self.stored.field_type())])
+    def schema(self):
+        return rows_schema(self.stored.field_type())
 
     def prepare_many(self, sources: list[Source], datas: list[bytes]) -> tuple[Items | None, list[Failure]]:
         """Images one by one (decode, the processor's resize and crop), texts as embed prepares
         them; one block, a payload per item."""
-        from gpucli.core.errors import InputError
-
-        images = [i for i, s in enumerate(sources) if s.path.lower().endswith(IMAGE_SUFFIXES)]
-        texts = [i for i in range(len(sources)) if i not in set(images)]
+        is_image = [s.path.lower().endswith(IMAGE_SUFFIXES) for s in sources]
+        texts = [i for i, image in enumerate(is_image) if not image]
         blocks, failures = [], []
         if texts and self.tokenizer is None:
-            failures.extend(Failure(sources[i].path, Stage.PREPROCESS, self._no_fast_tokenizer) for i in texts)
+            failures.extend(Failure(sources[i].path, Stage.PREPROCESS, no_tokenizer(self.spec.model)) for i in texts)
         elif texts:
             block, failed = super().prepare_many([sources[i] for i in texts], [datas[i] for i in texts])
             failures.extend(failed)
             if block is not None:
-                blocks.append(self._text_items(block))
+                blocks.append(text_items(block, self.prefix + self.prompt_ids, self.suffix))
         kept, pixels = [], []
-        for i in images:
+        for source, data in ((s, d) for s, d, image in zip(sources, datas, is_image) if image):
             try:
-                pixels.append(self.pixels(datas[i]))
-                kept.append(sources[i].id)
+                pixels.append(self.pixels(data))
+                kept.append(source.id)
             except InputError as exc:
-                failures.append(Failure(sources[i].path, exc.stage, str(exc)))
+                failures.append(Failure(source.path, exc.stage, str(exc)))
             except Exception as exc:  # noqa: BLE001 - a decoder or processor bug costs one file
-                failures.append(Failure(sources[i].path, Stage.PREPROCESS, f"{type(exc).__name__}: {exc}"))
+                failures.append(Failure(source.path, Stage.PREPROCESS, f"{type(exc).__name__}: {exc}"))
         if kept:
-            blocks.append(_image_items(kept, pixels, self.image_cost))
+            blocks.append(image_items(kept, pixels, self.config.image_cost))
         return (Items.concat(blocks) if blocks else None), failures
-
-    @property
-    def _no_fast_tokenizer(self) -> str:
-        return (f"{self.spec.model} has no fast tokenizer (tokenizer.json), which gpucli needs to cut a text into "
-                "chunks with their char offsets; its images are embedded. Leave texts out with --include '*.jpg' "
-                "(and other image globs), or save a fast tokenizer into the model directory")
 
     def pixels(self, data: bytes) -> np.ndarray:
         """One image's pixels as the model's processor resizes and crops them, uint8 H x W x 3
@@ -272,21 +200,8 @@ class ImageTextTask(EmbedTask):
         values = np.asarray(out["pixel_values"][0])  # C, H, W in 0..255
         return np.ascontiguousarray(np.clip(np.rint(values), 0, 255).astype(np.uint8).transpose(1, 2, 0))
 
-    def _text_items(self, block: Items) -> Items:
-        """embed's block with a payload per window: the ids the tower sees, special tokens included."""
-        head, tail = np.asarray(self.prefix + self.prompt_ids, np.int64), np.asarray(self.suffix, np.int64)
-        rows = [np.concatenate([head, block.payload.row(i).astype(np.int64), tail]) for i in range(len(block))]
-        payload = np.empty(len(rows), dtype=object)
-        payload[:] = rows
-        meta = dict(block.meta)
-        meta["modality"] = np.full(len(block), TEXT, dtype=object)
-        return Items(block.source_ids, block.index, block.cost, list(payload), meta)
-
     def pack(self, payloads: list[Any]) -> MixedBatch:
-        image_at = tuple(i for i, p in enumerate(payloads) if p.dtype == np.uint8)
-        text_at = tuple(i for i, p in enumerate(payloads) if p.dtype != np.uint8)
-        images = self._shm.pack([payloads[i] for i in image_at]) if image_at else None
-        return MixedBatch(len(payloads), images, image_at, tuple(payloads[i] for i in text_at), text_at)
+        return MixedBatch.of(payloads, self._shm)
 
     def release(self, packed: Any) -> None:
         if isinstance(packed, MixedBatch) and packed.images is not None:
@@ -294,31 +209,12 @@ class ImageTextTask(EmbedTask):
 
     # --- worker ---------------------------------------------------------------------------
     def setup(self, device: str) -> None:
-        import torch
-        from transformers import AutoModel
-        from transformers.utils import logging
-
-        from gpucli.tasks._classifiers import torch_dtype
-
         self._in_worker = True
         self.open()
         if self.resolved.source == "package":
             check_package(self.resolved)
-        logging.set_verbosity_error()
-        logging.disable_progress_bar()
-        self.device = torch.device(device)
-        self.dtype = torch_dtype(self.spec.dtype, self.device)
-        model = AutoModel.from_pretrained(self.path, trust_remote_code=False, local_files_only=True)
-        if not (hasattr(model, "get_image_features") and hasattr(model, "get_text_features")):
-            raise UsageError(f"model {self.spec.model!r} ({type(model).__name__}) has no get_image_features / "
-                             "get_text_features")
-        self.model = model.to(device=self.device, dtype=self.dtype).eval()
-        self.use_mask = self.model_type not in PAD_TO_LENGTH  # SigLIP was trained without one (see the module doc)
-        from gpucli.tasks._classifiers import _hf_normalize
-
-        norm = _hf_normalize(self.processor)
-        self._mul = torch.tensor([norm.scale / s for s in norm.std], device=self.device).view(1, 3, 1, 1)
-        self._sub = torch.tensor([m / s for m, s in zip(norm.mean, norm.std)], device=self.device).view(1, 3, 1, 1)
+        self.towers = Towers.load(self.spec.model, self.path, device, self.spec.dtype, self.processor,
+                                  dims=self.dims, normalize=self._normalizes, pad_to=self.pad_to)
 
     def unpack(self, packed: Any) -> Any:
         return packed
@@ -327,63 +223,22 @@ class ImageTextTask(EmbedTask):
         """A float32 matrix, a row per item in the batch's order: the images in one forward pass
         of the vision tower, the windows in one of the text tower."""
         if not isinstance(packed, MixedBatch):  # a caller in this process (search): payloads as they are
-            packed = _unshared(list(packed))
+            packed = MixedBatch.of(list(packed))
         out = np.zeros((packed.size, self.dims), dtype=np.float32)
         if packed.image_at:
-            arrays = read_batch(packed.images) if isinstance(packed.images, ShmBatch) else packed.images
-            out[list(packed.image_at)] = self.image_vectors(stack(arrays))
+            out[list(packed.image_at)] = self.towers.images(stack(packed.image_arrays()))
         if packed.text_at:
-            out[list(packed.text_at)] = self.text_vectors(list(packed.texts))
+            out[list(packed.text_at)] = self.towers.texts(list(packed.texts), self.pad_id)
         return out
-
-    def image_vectors(self, batch: np.ndarray) -> np.ndarray:
-        import torch
-
-        pixels = torch.from_numpy(np.ascontiguousarray(batch)).to(self.device, non_blocking=True)
-        with torch.inference_mode():
-            pixels = pixels.permute(0, 3, 1, 2).float().mul_(self._mul).sub_(self._sub).to(self.dtype)
-            return self._finish(self.model.get_image_features(pixel_values=pixels))
-
-    def text_vectors(self, rows: list[np.ndarray]) -> np.ndarray:
-        import torch
-
-        width = max(self.pad_to, max(len(r) for r in rows))
-        ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1
-        inputs = {"input_ids": torch.from_numpy(ids).to(self.device)}
-        if self.use_mask:
-            inputs["attention_mask"] = torch.from_numpy(mask).to(self.device)
-        with torch.inference_mode():
-            return self._finish(self.model.get_text_features(**inputs))
-
-    def _finish(self, features: Any) -> np.ndarray:
-        """transformers 5 returns the features as the output's pooler_output, 4.x as a tensor."""
-        import torch
-
-        vectors = features if isinstance(features, torch.Tensor) else features.pooler_output
-        vectors = vectors.float()[..., : self.dims]
-        if self._normalizes:
-            vectors = torch.nn.functional.normalize(vectors, dim=-1)
-        return vectors.cpu().numpy()
 
     # --- queries (gpucli search) ------------------------------------------------------------
     def query_text(self, query: str) -> np.ndarray:
         """One query's vector by the text tower, in this process (after `setup`): its windows'
         vectors averaged where it is longer than one, as embed cuts it; with a model that has no
         fast tokenizer, transformers' own tokenizer, truncated to the tower's length."""
-        from gpucli.core.errors import InputError
-        from gpucli.core.records import Source
-
         if self.tokenizer is None:
-            from transformers import AutoTokenizer
-
-            slow = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-            ids = slow(query, truncation=True, max_length=self.max_tokens)["input_ids"]
-            self.pad_id = slow.pad_token_id if slow.pad_token_id is not None else self.pad_id
-            return self.text_vectors([np.asarray(ids, np.int64)])[0]
+            ids, pad_id = slow_query_ids(self.path, query, self.max_tokens)
+            return self.towers.texts([ids], self.pad_id if pad_id is None else pad_id)[0]
         block, failures = self.prepare_many([Source(0, "<query>", "<query>")], [query.encode("utf-8")])
         if failures:
             raise InputError(failures[0].stage, failures[0].error)
@@ -392,82 +247,8 @@ class ImageTextTask(EmbedTask):
 
     def query_image(self, data: bytes) -> np.ndarray:
         """One image's vector, in this process (after `setup`)."""
-        return self.image_vectors(self.pixels(data)[None])[0]
+        return self.towers.images(self.pixels(data)[None])[0]
 
     def rows(self, items: Items, outputs: Any) -> tuple[Any, list[tuple[int, str]]]:
-        import pyarrow as pa
-
-        vectors = np.asarray(outputs, dtype=np.float32)
-        if vectors.shape != (len(items), self.dims):
-            raise ValueError(f"expected {len(items)} vectors of {self.dims} dims, got an array of {vectors.shape}")
-        image = items.meta["modality"] == IMAGE
-        page = items.meta["page"].astype(np.int32)
-        table = pa.table({"chunk": pa.array(items.index, pa.int32()),
-                          "page": pa.array(page, pa.int32(), mask=page == 0),
-                          "char_start": pa.array(items.meta["char_start"].astype(np.int64), pa.int64(), mask=image),
-                          "char_end": pa.array(items.meta["char_end"].astype(np.int64), pa.int64(), mask=image),
-                          "text": pa.array(items.meta["text"], pa.string()),
-                          "modality": pa.array(items.meta["modality"], pa.string()),
-                          "embedding": self.stored.column(vectors)})  # --vector-type (issue 30)
-        return self.stored.tag(table), []
-
-
-def _image_items(source_ids: list[int], pixels: list[np.ndarray], cost: int) -> Items:
-    n = len(source_ids)
-    text = np.empty(n, dtype=object)
-    text[:] = [None] * n
-    return Items(np.asarray(source_ids, np.int64), np.zeros(n, np.int64), np.full(n, cost, np.int64), pixels,
-                 {"page": np.zeros(n, np.int32), "char_start": np.zeros(n, np.int64),
-                  "char_end": np.zeros(n, np.int64), "text": text, "modality": np.full(n, IMAGE, dtype=object)})
-
-
-def _unshared(payloads: list[np.ndarray]) -> MixedBatch:
-    image_at = tuple(i for i, p in enumerate(payloads) if p.dtype == np.uint8)
-    text_at = tuple(i for i, p in enumerate(payloads) if p.dtype != np.uint8)
-    return MixedBatch(len(payloads), [payloads[i] for i in image_at] if image_at else None,  # type: ignore[arg-type]
-                      image_at, tuple(payloads[i] for i in text_at), text_at)
-
-
-def _processor_name(path: str) -> str:
-    """The image processor's class as the model names it (preprocessor_config.json), without loading it."""
-    try:
-        config = json.loads((Path(path) / "preprocessor_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ""
-    return str(config.get("image_processor_type") or config.get("feature_extractor_type") or "")
-
-
-def _patches(vision: dict) -> int:
-    """The vision tower's tokens for one image: its patches and the class token."""
-    size, patch = vision.get("image_size") or 224, vision.get("patch_size") or 32
-    size = size if isinstance(size, int) else int(max(size))
-    return (size // int(patch)) ** 2 + 1
-
-
-def _pad_id(path: str, tokenizer: Any, text: dict) -> int:
-    """The id the tokenizer pads with (its saved pad token), else the text tower's config's."""
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        try:
-            token = json.loads((Path(path) / name).read_text(encoding="utf-8")).get("pad_token")
-        except (OSError, ValueError, AttributeError):
-            continue
-        token = token.get("content") if isinstance(token, dict) else token
-        found = tokenizer.token_to_id(token) if isinstance(token, str) else None
-        if found is not None:
-            return int(found)
-    return int(text.get("pad_token_id") or 0)
-
-
-def _on_torch(spec: Any) -> Any:
-    return dataclasses.replace(spec, options={**spec.options, "backend": "torch"}, runtime="torch")
-
-
-def _weight_bytes(path: str) -> int:
-    from gpucli.models.hub import WEIGHT_SUFFIXES
-
-    root = Path(path)
-    return sum(f.stat().st_size for f in root.iterdir() if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES)) \
-        if root.is_dir() else 0
-
-
-__all__ = ["DOCUMENT_WEIGHT", "ImageTextTask", "image_text_dir", "is_image_text"]
+        vectors = self.checked_vectors(items, outputs)
+        return self.stored.tag(rows_table(items, self.stored.column(vectors))), []  # --vector-type (issue 30)

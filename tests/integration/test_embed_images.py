@@ -37,6 +37,9 @@ pytest.importorskip("transformers")
 SAMPLES = ("astronaut.jpg", "chelsea.png", "chelsea_exif_rotated.jpg", "coffee.png", "coins.png", "rocket.jpg")
 QUERY = SENTENCES[1]  # "a photo of a cat": texts/s1.txt holds exactly these words
 LONG = " ".join([SENTENCES[2]] * 30)  # ~210 CLIP tokens: several 77-token windows
+# SigLIP's tokenizer lowercases and drops punctuation: a text's ids and offsets must follow it
+PUNCTUATED = "A Red Car, at Night!"
+LONG_PUNCTUATED = " ".join(["A cup of coffee, on a table."] * 12)  # ~100 SigLIP tokens: 16-token windows
 CLIP_DIMS, SIGLIP_DIMS = 16, 32
 MIN_COSINE = 0.9999
 
@@ -170,7 +173,8 @@ def image_paths(tree: Path, under: str = "images") -> list[str]:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("image-text-models")
-    return {"clip": save_tiny_clip(root / "clip"), "siglip": save_tiny_siglip(root / "siglip")}
+    return {"clip": save_tiny_clip(root / "clip"), "siglip": save_tiny_siglip(root / "siglip"),
+            "siglip-spiece": save_tiny_siglip(root / "siglip-spiece", sentencepiece=True)}
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +200,17 @@ def siglip_run(models, tmp_path_factory):
                                      "images/coffee_copy.png": coffee, "images/cmyk.jpg": cmyk_jpeg(), **sentences()})
     out = base / "out.jsonl"
     return tree, out, embed(tree, models["siglip"], out)
+
+
+@pytest.fixture(scope="module")
+def spiece_run(models, tmp_path_factory):
+    """The sentences, a capitalised and punctuated one, a long punctuated text and a photo into
+    Parquet with the tiny SigLIP saved as the Hub's are: spiece.model, no tokenizer.json."""
+    base = tmp_path_factory.mktemp("spiece-run")
+    tree = make_tree(base / "tree", {**samples("coffee.png"), **sentences(), "texts/punctuated.txt": PUNCTUATED,
+                                     "texts/long.txt": LONG_PUNCTUATED})
+    out = base / "out.parquet"
+    return tree, out, embed(tree, models["siglip-spiece"], out)
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +261,78 @@ def test_siglip_text_vectors_equal_get_text_features_without_a_mask(siglip_run, 
     _, out, _ = siglip_run
     want = dict(zip(sentences(), reference_text_vectors(models["siglip"], list(SENTENCES), attention_mask=False)))
     assert_same_vectors(by_path(jsonl_rows(out), "text"), want)
+
+
+def test_siglip_with_only_a_sentencepiece_model_embeds_texts_as_transformers_tokenizes_them(spiece_run, models):
+    """Issue 41: every text used to be a failure record ("no fast tokenizer")."""
+    tree, out, result = spiece_run
+    summary = summary_of(result)
+    assert (summary["exit_code"], summary["failed"], summary["succeeded"]) == (0, 0, len(sentences()) + 3)
+    rows = parquet_rows(out)
+    assert {r["path"] for r in rows if r["modality"] == "text"} == {*sentences(), "texts/punctuated.txt",
+                                                                     "texts/long.txt"}
+    single = {**sentences(), "texts/punctuated.txt": PUNCTUATED}
+    want = reference_text_vectors(models["siglip-spiece"], list(single.values()), attention_mask=False)
+    assert_same_vectors(by_path([r for r in rows if r["path"] in single], "text"), dict(zip(single, want)))
+    punctuated = next(r for r in rows if r["path"] == "texts/punctuated.txt")
+    assert (punctuated["chunk"], punctuated["char_start"], punctuated["char_end"]) == (0, 0, len(PUNCTUATED) - 1)
+    assert punctuated["text"] == "A Red Car, at Night"  # the text as read, to its last token ("!" has none)
+
+
+def test_siglip_with_only_a_sentencepiece_model_cuts_long_texts_at_offsets_that_slice_them(spiece_run):
+    _, out, _ = spiece_run
+    chunks = sorted((r for r in parquet_rows(out) if r["path"] == "texts/long.txt"), key=lambda r: r["chunk"])
+    assert len(chunks) >= 5 and [r["chunk"] for r in chunks] == list(range(len(chunks)))
+    for row in chunks:
+        assert LONG_PUNCTUATED[row["char_start"]:row["char_end"]] == row["text"] and row["text"].strip()
+    starts = [r["char_start"] for r in chunks]
+    assert starts == sorted(set(starts)) and starts[0] == 0
+    assert all(a["char_end"] > b["char_start"] for a, b in zip(chunks, chunks[1:]))  # windows overlap
+    assert LONG_PUNCTUATED[:chunks[-1]["char_end"]].endswith("table")
+
+
+def test_siglip_with_only_a_sentencepiece_model_is_searched_by_words(spiece_run):
+    _, out, _ = spiece_run
+    for query, path in ((QUERY, "texts/s1.txt"), (PUNCTUATED.lower(), "texts/punctuated.txt")):
+        hits = search_hits(str(out), query)
+        assert hits[0]["path"] == path and hits[0]["score"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_the_tokenizer_built_from_spiece_model_gives_siglip_tokenizer_s_ids(models):
+    """tasks/_siglip_tokenizer.py against transformers' own SiglipTokenizer: the same ids on texts
+    with capitals, punctuation, odd whitespace and NFKC forms, and offsets into the text as given."""
+    import transformers
+
+    from gpucli.tasks._siglip_tokenizer import siglip_tokenizer
+
+    path = models["siglip-spiece"]
+    built, slow = siglip_tokenizer(str(path), "siglip"), transformers.AutoTokenizer.from_pretrained(str(path))
+    texts = [PUNCTUATED, "  leading and\ttrailing  \n", "Ünïcödé café ﬁ ２０２４", "!!!", "", "x ▁ y",
+             "a\u00a0b\u3000c\u2028d\x1ce", "don't stop-me now", "(a) [b] {c} <d> e_f g~h", "İstanbul ß ǅ"]
+    for text in texts:
+        assert built.encode(text).ids == slow(text)["input_ids"], text
+    encoding = built.encode("  Hello, World!", add_special_tokens=False)
+    assert ["  Hello, World!"[a:b] for a, b in encoding.offsets] == ["H", "e", "l", "l", "o", " W", "o", "r", "l",
+                                                                      "d"]
+    assert siglip_tokenizer(str(models["siglip"]), "siglip") is None  # no spiece.model: its tokenizer.json serves
+    assert siglip_tokenizer(str(path), "clip") is None
+
+
+def test_an_image_text_model_without_a_fast_tokenizer_embeds_its_images_and_refuses_its_texts(models, tmp_path):
+    """A CLIP saved without tokenizer.json (vocab.json and merges.txt only): each text is a failure
+    record that says why, the images are embedded, and search by words uses transformers' tokenizer."""
+    import shutil
+
+    model = shutil.copytree(models["clip"], tmp_path / "clip-no-fast")
+    (model / "tokenizer.json").unlink()
+    tree = make_tree(tmp_path / "tree", {**samples("chelsea.png"), "texts/s1.txt": QUERY})
+    out = tmp_path / "out.parquet"
+    summary = summary_of(embed(tree, model, out))
+    assert (summary["exit_code"], summary["succeeded"], summary["failed"]) == (1, 1, 1)
+    record = failures(summary)["texts/s1.txt"]
+    assert record["stage"] == "preprocess" and "no fast tokenizer" in record["error"]
+    assert [r["path"] for r in parquet_rows(out)] == ["images/chelsea.png"]
+    assert search_hits(str(out), QUERY)[0]["path"] == "images/chelsea.png"
 
 
 # --- 3: the rows of a mixed tree ----------------------------------------------------------------

@@ -174,3 +174,19 @@ def test_model_kind_is_image_text(models, name):
     kind, named = model_kind(str(models[name]))
     assert kind is ModelKind.IMAGE_TEXT
     assert named == {"clip": "CLIPModel", "siglip": "SiglipModel"}[name]
+
+
+def test_the_hub_style_siglip_ships_only_its_sentencepiece_model(models, tmp_path, offline):
+    """google/siglip-* on the Hub: spiece.model and SiglipTokenizer's config, no tokenizer.json;
+    the same pieces as the fast tiny SigLIP, so the same ids."""
+    path = save_tiny_siglip(tmp_path / "spiece", sentencepiece=True)
+    assert (path / "spiece.model").is_file() and not (path / "tokenizer.json").exists()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
+    assert type(tokenizer).__name__ == "SiglipTokenizer" and not tokenizer.is_fast
+    fast = transformers.AutoTokenizer.from_pretrained(str(models["siglip"]))
+    assert tokenizer("a red car at night")["input_ids"] == fast("a red car at night")["input_ids"]
+    text = transformers.AutoConfig.from_pretrained(str(path)).text_config
+    assert (text.pad_token_id, text.eos_token_id) == (tokenizer.pad_token_id, tokenizer.eos_token_id)
+    assert tokenizer.model_max_length == text.max_position_embeddings == 16
+    again = save_tiny_siglip(tmp_path / "again", sentencepiece=True)
+    assert (again / "spiece.model").read_bytes() == (path / "spiece.model").read_bytes()

@@ -247,7 +247,7 @@ def test_unknown_prompt_name_or_both_options_are_usage_errors_naming_the_choices
 
 # --- tokens ------------------------------------------------------------------------------------------
 def _tokenizer():
-    from gpucli.tasks.embed import load_tokenizer
+    from gpucli.tasks._tokenizer import load_tokenizer
 
     return load_tokenizer(_minilm())
 
@@ -470,7 +470,7 @@ def test_search_embeds_the_query_with_the_query_prompt_the_output_recorded(tmp_p
 # --- options -------------------------------------------------------------------------------------------
 def test_normalize_is_unset_unless_given_by_flag_environment_or_config():
     from gpucli.core.config import build_config
-    from gpucli.tasks.embed import EmbedOptions
+    from gpucli.tasks._embed_options import EmbedOptions
 
     assert EmbedOptions().normalize is None
 
