@@ -18,7 +18,7 @@ from gpucli.core.stages import Stage
 from gpucli.core.vectors import Stored
 from gpucli.inputs.extract import format_for
 from gpucli.inputs.extract import suffixes as document_suffixes
-from gpucli.tasks._chunking import WindowBlock
+from gpucli.tasks._chunking import WindowBlock, multi_page
 from gpucli.tasks._dims import checked_dims
 from gpucli.tasks._embed_models import catalogue
 from gpucli.tasks._embed_options import EmbedOptions
@@ -94,7 +94,8 @@ class EmbedBase(Task):
         a loop per document and per window only."""
         docs, failures = self.documents.read(sources, datas)
         cut = WindowBlock(self.window, self.options.chunk_overlap)
-        for (source, doc), (ids, offsets) in zip(docs, self.tokens.tokenize([doc.text for _, doc in docs])):
+        tokens = self.tokens.tokenize([doc.text for _, doc in docs], whole=multi_page(docs))  # pages: every offset
+        for (source, doc), (ids, offsets) in zip(docs, tokens):
             if len(ids) == 0:
                 failures.append(Failure(source.path, Stage.PREPROCESS, "the tokenizer found no tokens in this text"))
                 continue
