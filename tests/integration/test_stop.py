@@ -126,7 +126,7 @@ def test_every_process_a_run_starts_begins_with_the_stop_signals_held(tree, tmp_
 
 def test_a_signal_mid_run_exits_143_within_the_deadline_and_a_rerun_finishes_exactly_once(tree, tmp_path):
     log = tmp_path / "batches.jsonl"
-    options = {"sleep_ms": 300, "batch_log": str(log)}
+    options = {"sleep_ms": 100, "batch_log": str(log)}  # ~2.5 s of batches: the signal lands with most to do
     proc, out = _start(tree, tmp_path, options)
     try:
         _wait_for_lines(log, 3)  # workers loaded, batches running and prefetched
