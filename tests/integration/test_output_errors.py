@@ -27,7 +27,7 @@ def invoke_fake(monkeypatch, args: list[str], **settings):
     import gpucli.core.config
 
     build = gpucli.core.config.build_config
-    monkeypatch.setattr(gpucli.core.config, "build_config", lambda *a, **k: dataclasses.replace(
+    monkeypatch.setattr("gpucli.app.cli.build_config", lambda *a, **k: dataclasses.replace(
         build(*a, **k), task=FAKE, task_options={}, devices="cpu", progress="off", **settings))
     from gpucli.app.cli import app
 

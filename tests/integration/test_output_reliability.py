@@ -316,7 +316,7 @@ def invoke_fake(monkeypatch, args: list[str]):
     import gpucli.core.config
 
     build = gpucli.core.config.build_config
-    monkeypatch.setattr(gpucli.core.config, "build_config", lambda *a, **k: dataclasses.replace(
+    monkeypatch.setattr("gpucli.app.cli.build_config", lambda *a, **k: dataclasses.replace(
         build(*a, **k), task=FAKE, task_options={}, devices="cpu", progress="off"))
     from gpucli.app.cli import app
 
@@ -468,7 +468,7 @@ def invoke_noted(monkeypatch, args: list[str]):
     import gpucli.core.config
 
     build = gpucli.core.config.build_config
-    monkeypatch.setattr(gpucli.core.config, "build_config", lambda *a, **k: dataclasses.replace(
+    monkeypatch.setattr("gpucli.app.cli.build_config", lambda *a, **k: dataclasses.replace(
         build(*a, **k), task=FAKE, task_options={}, devices="cpu", progress="plain"))
     from gpucli.app.cli import app
 
