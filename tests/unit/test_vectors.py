@@ -18,6 +18,7 @@ from gpucli.core.vectors import (
     bytes_per_vector,
     calibrate,
     dequantize,
+    flat_values,
     hamming,
     pack_bits,
     parquet_dictionary,
@@ -154,6 +155,28 @@ def test_each_float_like_type_ranks_a_rows_own_vector_first(vector_type):
     reading = Reading.of({"gpucli.vector_type": vector_type, "gpucli.dims": "32"}, table.schema.field("embedding"))
     values = reading.from_column(table.column("embedding"))
     assert all(int(np.argmax(reading.scores(values, matrix[i]))) == i for i in range(0, 100, 9))
+
+
+@pytest.mark.parametrize("value", [pa.float32(), pa.float16(), pa.int8(), pa.uint8()])
+def test_flat_values_are_the_vectors_of_a_slice_as_pyarrow_gives_them(value):
+    """Read from arrow's buffer without to_numpy (which imports pandas): a batch sliced out of a
+    larger one starts at its own first vector, not the buffer's, in the column's own type."""
+    matrix = (np.arange(60).reshape(12, 5) % 100).astype(value.to_pandas_dtype())
+    column = pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel(), value), 5)
+    shifted = pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel(), value).slice(5), 5)  # the values' own offset
+    for piece in (column, column.slice(3, 4), pa.RecordBatch.from_arrays([column], ["e"]).slice(7).column(0),
+                  shifted, shifted.slice(2)):
+        got = flat_values(piece)
+        assert got.dtype == matrix.dtype
+        np.testing.assert_array_equal(got, piece.flatten().to_numpy(zero_copy_only=False))
+
+
+def test_flat_values_of_a_vector_with_a_missing_value_or_of_variable_lists_are_as_pyarrow_gives_them():
+    column = pa.FixedSizeListArray.from_arrays(pa.array([1.0, None, 3.0, 4.0], pa.float32()), 2)
+    got = flat_values(column)
+    assert got[0] == 1 and np.isnan(got[1]) and got[2:].tolist() == [3, 4]
+    lists = pa.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], pa.list_(pa.float32())).slice(1)
+    assert flat_values(lists).tolist() == [3, 4, 5, 6]
 
 
 def test_a_qdrant_output_keeps_float32_rows_but_names_its_type():
