@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gpucli.commands.notes import library_notes
 from gpucli.core.decision import Status
 from gpucli.core.errors import OutputError, UsageError
 from gpucli.output.ledger_view import ReadOnlyLedger
@@ -79,6 +80,12 @@ class Layout:
 
 
 def inspect_output(where: str) -> Report:
+    """The report on the output at `where`; a library's warning is one `gpucli: note:` line (notes.py)."""
+    with library_notes():
+        return _inspect(where)
+
+
+def _inspect(where: str) -> Report:
     layout = locate(where)
     ledger = _open_ledger(layout.ledger)
     try:

