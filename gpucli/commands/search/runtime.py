@@ -2,9 +2,9 @@
 left the model's exported graph in the cache, else torch.
 
 Why: one query is a few milliseconds of model, and the rest of a search is start-up. On torch
-the start-up was ~5-9 s of a ~10 s search of the 51-row sample output (importing torch and
-transformers alone ~2-3 s, on 2 shared cores); ONNX Runtime with the cached graph loads in
-~0.2 s and imports neither (benchmarks/RESULTS-search.md).
+the query took 5.5-8.5 s of a 6-10 s search of the sample output (importing torch and
+transformers alone ~4 s, on 2 shared cores); ONNX Runtime with the cached graph loads in
+~0.2 s and imports neither: the search takes ~0.9 s (benchmarks/RESULTS-search.md).
 
 The query is embedded on the CPU, in this process, so the choice is made as `auto` makes it on a
 CPU host (gpucli/models/backends/choice.py), but without exporting: exporting takes 5-15 s and
