@@ -36,6 +36,7 @@ from gpucli.app.options import ADVANCED, ENV_HELP, EXIT_CODES_HELP, env_name, ta
 from gpucli.app.summary_lines import print_summary
 from gpucli.core.config import build_config
 from gpucli.core.errors import EXIT_SIGINT, OutputError
+from gpucli.core.notes import library_notes
 from gpucli.core.terminal import columns
 from gpucli.models.model_kind import alias_owner, looks_like_path, require_kind, wrong_task_alias
 from gpucli.tasks import all_tasks, every_option_name, task_of_module
@@ -122,7 +123,8 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
         from gpucli.engines import run_engine  # the engine's modules: only once a run is sure to start
 
         try:
-            summary = run_engine(config)  # the engine handles SIGINT / SIGTERM itself while it runs
+            with library_notes():  # a library's warning is one gpucli line, not Python's report (issue 41)
+                summary = run_engine(config)  # the engine handles SIGINT / SIGTERM itself while it runs
         except OutputError as exc:
             if exc.summary is None:  # before any work: the output was refused
                 raise

@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpucli.commands.notes import library_notes
+from gpucli.core.notes import library_notes
 from gpucli.core.decision import Status
 from gpucli.core.errors import OutputError, UsageError
 from gpucli.output.ledger_view import ReadOnlyLedger

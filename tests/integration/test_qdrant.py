@@ -505,3 +505,29 @@ def test_a_changed_file_that_now_fails_loses_its_old_points_and_is_then_a_known_
     assert sorted(p.payload["path"] for p in points(storage, "docs")) == ["ok.txt"]
     again = run_fake([root], out)
     assert (again.failed, again.failed_known, again.exit_code) == (1, 1, 0)
+
+
+def test_a_library_warning_during_a_run_is_one_gpucli_note(tree, tmp_path, monkeypatch):
+    """qdrant-client warns (with its file, line and source line) when an embedded collection grows
+    past its threshold; a run says so in one gpucli line instead (issue 41). The threshold is
+    lowered to 2 so that a few chunks are enough; the second run opens the collection past it."""
+    import warnings
+
+    from qdrant_client.local.qdrant_local import QdrantLocal
+    from typer.testing import CliRunner
+
+    from gpucli.app.cli import app
+
+    monkeypatch.setattr(QdrantLocal, "LARGE_DATA_THRESHOLD", 2)
+    root = tree({f"n{i}.txt": f"note number {i} about the river" for i in range(4)})
+    out = f"qdrant:{tmp_path / 'qd'}/docs"
+    for run in ("first", "again"):  # qdrant-client warns when it opens a collection past its threshold
+        with warnings.catch_warnings(record=True) as escaped:
+            warnings.simplefilter("always")
+            result = CliRunner().invoke(app, ["embed", str(root), "--out", out, "--devices", "cpu", "--progress",
+                                              "off", "--full"])
+        assert result.exit_code == 0, result.output
+        notes = [line for line in result.stderr.splitlines() if "embedded Qdrant collection" in line]
+        assert len(notes) == (run == "again") and all(line.startswith("gpucli: note: ") for line in notes), \
+            result.stderr
+        assert "Warning" not in result.stderr and escaped == []

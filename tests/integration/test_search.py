@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from gpucli.app.cli import app
 from gpucli.commands import search as search_mod
-from gpucli.commands.notes import library_notes, note_text
+from gpucli.core.notes import library_notes, note_text
 from gpucli.commands.search import ParquetIndex, QdrantIndex, embed_queries, search
 from gpucli.commands.search import parquet as parquet_mod
 from gpucli.commands.search.runtime import Runtime, asked, query_runtime

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpucli.commands.notes import library_notes
+from gpucli.core.notes import library_notes
 from gpucli.commands.search.hits import Hit, Index, SearchResult
 from gpucli.commands.search.jsonl import JsonlIndex
 from gpucli.commands.search.parquet import ParquetIndex

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucli.commands.notes import note
+from gpucli.core.notes import note
 from gpucli.commands.search.runtime import Runtime, asked, query_runtime
 from gpucli.core.errors import InputError, UsageError
 

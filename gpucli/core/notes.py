@@ -1,4 +1,4 @@
-"""Notes on stderr for the commands that read an output (search, inspect): one `gpucli: note:`
+"""Notes on stderr for every command (a run, search, inspect): one `gpucli: note:`
 line each, and the libraries' warnings turned into such lines.
 
 A library's `warnings.warn` printed itself as Python prints warnings: the library's file and line,
