@@ -27,9 +27,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpucli.core.notes import library_notes
 from gpucli.core.decision import Status
 from gpucli.core.errors import OutputError, UsageError
+from gpucli.core.notes import library_notes
 from gpucli.output.ledger_view import ReadOnlyLedger
 from gpucli.output.state_dir import LEDGER, ledger_dir
 

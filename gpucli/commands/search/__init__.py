@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpucli.core.notes import library_notes
 from gpucli.commands.search.hits import Hit, Index, SearchResult
 from gpucli.commands.search.jsonl import JsonlIndex
 from gpucli.commands.search.parquet import ParquetIndex
@@ -39,6 +38,7 @@ from gpucli.commands.search.printing import render
 from gpucli.commands.search.qdrant import QdrantIndex
 from gpucli.commands.search.query import embed_image_query, embed_queries, embed_query, query_terms
 from gpucli.core.errors import GpucliError, RunFailedError, UsageError
+from gpucli.core.notes import library_notes
 from gpucli.output.sinks.qdrant import is_qdrant
 
 __all__ = ["MODES", "Hit", "JsonlIndex", "ParquetIndex", "QdrantIndex", "SearchResult", "embed_image_query",

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucli.core.notes import note
 from gpucli.commands.search.runtime import Runtime, asked, query_runtime
 from gpucli.core.errors import InputError, UsageError
+from gpucli.core.notes import note
 
 
 def embed_query(model: str, query: str, prompt: str | None = None, dims: int = 0) -> Any:
