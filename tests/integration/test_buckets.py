@@ -321,7 +321,7 @@ def test_many_keys_are_listed_a_page_at_a_time(s3, tmp_path, monkeypatch):
     assert [s.id for b in blocks for s in b] == list(range(250)) and report.complete and not report.unlisted
 
 
-def test_a_ray_run_on_the_bucket_equals_the_local_one(s3, bucket, ray_session, tmp_path):
+def test_a_ray_run_on_the_bucket_equals_the_local_one(s3, bucket, tmp_path):  # a private Ray: its actors see AWS_*
     """The actors read the objects themselves: no shared filesystem (the driver lists only)."""
     local = run_with("local", "tests.fake_task:FakeTask", [f"s3://{bucket}/tree"], tmp_path / "local.parquet")
     s3.traffic.reset()

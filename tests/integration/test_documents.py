@@ -320,6 +320,7 @@ def test_a_document_past_the_extraction_time_limit_is_a_failure_and_the_run_goes
     assert again.exit_code == 0 and json.loads(again.stdout)["succeeded"] == 1  # the limit is no setting: no --full
 
 
+@pytest.mark.processes  # a model loading in a thread holds the import lock the stop may need
 def test_ctrl_c_while_a_long_document_is_extracted_exits_130_without_waiting_for_it(tmp_path):
     """The extraction children are killed with the reader: a stop never waits for a slow document
     (a 6,000-page PDF takes several seconds to extract here; the time limit would allow 120)."""
