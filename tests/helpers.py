@@ -240,9 +240,9 @@ class FakeOutput:
     unchanged_sources: list = field(default_factory=list)
     known_failures: set = field(default_factory=set)
 
-    def failed(self, failure: Any) -> bool:
-        self.failures.append(failure)
-        return failure.path in self.known_failures
+    def failed(self, failures: list[Any]) -> int:
+        self.failures.extend(failures)
+        return sum(failure.path in self.known_failures for failure in failures)
 
     def unchanged(self, sources: list[Any]) -> None:
         self.unchanged_sources.extend(sources)

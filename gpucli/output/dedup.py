@@ -5,7 +5,7 @@ gpucli/output/fingerprint.py) is the digest of an input embedded in this run, or
 in the output, gets a copy of that input's rows under its own key, without a forward pass.
 A copy's rows equal the original's in every task column (`text`, `chunk`, `page`, offsets,
 vectors); `path` (and a record's `id`), `size`, `mtime` and `digest` are its own (added by
-Accounts._with_inputs like any input's). A copy is committed like any input: its rows go into
+RowMaker.with_inputs like any input's). A copy is committed like any input: its rows go into
 a part, the part is made durable, then the ledger marks it done; so a kill -9 and a rerun give
 every (path, chunk) once, `--prune` of the original removes only the original's rows, and a
 changed copy is a changed input (new digest: embedded, its old rows superseded).
@@ -20,7 +20,7 @@ Two places an original's rows come from:
 * `InRun`, on the event loop: the first input of a digest in flight (its items with the models
   or in the part buffer) is the original; a later input with that digest waits for it without
   items (its items are dropped from the block before the batcher). When the original's rows go
-  into a part (`Accounts.take_part`), each waiting copy gets them in the same part. When the
+  into a part (`Accounts.take_commit`), each waiting copy gets them in the same part. When the
   original fails, each copy gets the same failure record under its own path (same content,
   same outcome: a copy prepared again would fail alike, or kill a worker again). Memory: one
   digest per input in flight and the waiting copies' `Source`s, at most MAX_WAITING of them;
@@ -33,8 +33,8 @@ Two places an original's rows come from:
   range); the copy's items are dropped and it is COMPLETE at once. A sink that cannot read its
   rows back (Qdrant) returns None: such copies are embedded again. So are copies whose rows do
   not come back as the ledger counted them (a part gone since): embedding is always correct.
-  A rerun whose only new inputs are such copies loads no model: the writer starts with the
-  first copy (pipeline.Pipeline._read), the workers only for model work.
+  A rerun whose only new inputs are such copies loads no model: the writer runs from the
+  start (pipeline.Pipeline._run_opened) and commits them, the workers start only for model work.
 
 What is not saved: a copy is still read, hashed and prepared (tokenized) by the reader, since
 its digest needs its bytes and reader processes do not share the run's state; and a copy read

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from gpucli.core.decision import Known, Status
 from gpucli.core.errors import OutputError, os_error, sqlite_error
-from gpucli.core.records import Source
+from gpucli.core.records import Failure, Source
 from gpucli.output.fingerprint import stamp
 
 SCHEMA = """
@@ -206,7 +206,8 @@ class _LedgerFile:
         self.set_meta("resetting", None)
 
 class Ledger(_LedgerFile):
-    """Thread-safe: reader threads look up, the writer thread marks done, the loop marks failed.
+    """Thread-safe: reader threads look up, the writer thread marks done, failed and unchanged
+    (the event loop never writes it: gpucli/output/commit.py).
     Errors of the file system or of the file are OutputError (LedgerDamaged: see `_Guarded`)."""
 
     # --- lookups --------------------------------------------------------------------------
@@ -331,20 +332,24 @@ class Ledger(_LedgerFile):
                                  ((s.size, s.mtime_ns, s.version, s.path, s.size, s.mtime_ns, s.version)
                                   for s in sources))
 
-    def mark_failed(self, path: str, error: str, size: int = -1, mtime_ns: int = -1) -> bool:
-        """One transaction: the input is failed with this content's size and mtime, and the rows
-        it had (an earlier version's) become stale, removed at close like a changed input's: an
-        input ends as its current rows or one failure record, never both, and a failure's stat
-        is the failing content's, so an unchanged rerun knows it. Returns whether it is a known
-        failure: it had failed before, with the same size and mtime (unchanged)."""
+    def mark_failed(self, failures: list[Failure]) -> int:
+        """One transaction for all: each input is failed with its content's size and mtime, and
+        the rows it had (an earlier version's) become stale, removed at close like a changed
+        input's: an input ends as its current rows or one failure record, never both, and a
+        failure's stat is the failing content's, so an unchanged rerun knows it. Returns how many
+        are known failures: failed before, with the same size and mtime (unchanged)."""
+        if not failures:
+            return 0
+        known, now = 0, time.time()
         with self._lock, self._db:
             self._db.execute("begin")
-            row = self._db.execute("select status, size, mtime_ns from files where path=?", (path,)).fetchone()
-            known = row is not None and row[0] == FAILED and (row[1], row[2]) == (size, mtime_ns)
-            self._db.execute("insert or ignore into stale select location, path from files "
-                             "where path=? and location is not null and location != ''", (path,))
-            self._db.execute("insert or replace into files (path, size, mtime_ns, status, error, updated) "
-                             "values (?, ?, ?, ?, ?, ?)", (path, size, mtime_ns, FAILED, error, time.time()))
+            for f in failures:
+                row = self._db.execute("select status, size, mtime_ns from files where path=?", (f.path,)).fetchone()
+                known += row is not None and row[0] == FAILED and (row[1], row[2]) == (f.size, f.mtime_ns)
+                self._db.execute("insert or ignore into stale select location, path from files "
+                                 "where path=? and location is not null and location != ''", (f.path,))
+                self._db.execute("insert or replace into files (path, size, mtime_ns, status, error, updated) "
+                                 "values (?, ?, ?, ?, ?, ?)", (f.path, f.size, f.mtime_ns, FAILED, f.error, now))
         return known
 
     def prune(self, paths: list[str]) -> None:
@@ -356,12 +361,13 @@ class Ledger(_LedgerFile):
                                  "where path=? and location is not null and location != ''", rows)
             self._db.executemany("delete from files where path=?", rows)
 
-    def forget(self, path: str) -> bool:
-        """`prune` of one path, when the ledger knows it (a skip record's path: usually not)."""
+    def forget(self, paths: list[str]) -> list[str]:
+        """`prune` of the paths the ledger knows (a skip record's path: usually none); returns them."""
         with self._lock:
-            known = self._db.execute("select 1 from files where path=?", (path,)).fetchone() is not None
+            known = [path for path in paths
+                     if self._db.execute("select 1 from files where path=?", (path,)).fetchone() is not None]
         if known:
-            self.prune([path])
+            self.prune(known)
         return known
 
     def clear_stale(self, stale: dict[str, set[str]]) -> None:

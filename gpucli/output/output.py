@@ -251,20 +251,22 @@ class Output:
         `--full`, and for a first run (the reader skips only inputs an earlier run finished)."""
         return None if self.all_new() else self.ledger.lookup
 
+    # The writer's thread (commit.write) records; the loop never waits on these disk syncs.
     def commit(self, sources: list[Source], rows: list[int], location: str | None) -> None:
-        """After the sink made these rows durable (writer thread)."""
+        """After the sink made these rows durable."""
         self.ledger.mark_done(sources, rows, location)
 
-    def failed(self, failure: Failure) -> bool:
-        """Record a failure; returns whether it is a known one (failed before, input unchanged).
-        A skipped path (a file now a symlink that leaves the root) is no input any more: rows an
-        earlier run made of it go, as a pruned input's do (its record is the skip)."""
-        self.failures.add(failure)
-        if failure.stage == Stage.SKIP:
-            if self.ledger.forget(failure.path):
-                self.pruned.add(failure.path)
-            return False
-        return self.ledger.mark_failed(failure.path, failure.error, failure.size, failure.mtime_ns)
+    def failed(self, failures: list[Failure]) -> int:
+        """Failure records, in the failures file and then the ledger (one transaction for all);
+        returns how many are known ones (failed before, input unchanged). A skipped path (a file
+        now a symlink that leaves the root) is no input any more: rows an earlier run made of it
+        go, as a pruned input's do (its record is the skip)."""
+        for failure in failures:
+            self.failures.add(failure)
+        skipped = [failure.path for failure in failures if failure.stage == Stage.SKIP]
+        if skipped:
+            self.pruned.update(self.ledger.forget(skipped))
+        return self.ledger.mark_failed([failure for failure in failures if failure.stage != Stage.SKIP])
 
     def begin_attempts(self, sources: list[Source]) -> dict[str, int]:
         return self.ledger.begin_attempts(sources)
@@ -273,7 +275,7 @@ class Output:
         self.ledger.end_attempts(paths)
 
     def unchanged(self, sources: list[Source]) -> None:
-        """Inputs done earlier with the same content (a read chunk's worth at a time)."""
+        """Inputs done earlier with the same content (the writer's thread, a commit's worth)."""
         self.ledger.mark_unchanged(sources)
 
     # --- --prune: only what the walk could see is known to be gone -------------------------

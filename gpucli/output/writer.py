@@ -1,10 +1,17 @@
-"""Drain finished rows into the sink without blocking the event loop.
+"""Commit parts and ledger marks without blocking the event loop.
 
-Rows of finished batches wait in the accounts' part buffer (gpucli/output/accounts.py), and the rows
-of complete inputs are written as one part (or upsert) when `part_rows` are waiting or
-`flush_s` passed (`part_due`, the Ray driver's rule too), so a long run keeps durable progress
-and memory stays bounded. The sink runs in the writer's own thread: its calls may block (disk,
-network).
+Rows of finished batches wait in the accounts' part buffer (gpucli/output/accounts.py) until
+their inputs are complete; the rows of complete inputs are written as one part (or upsert) when
+a part is due (`part_due`, the Ray driver's rule too): `part_rows` of them wait, or `flush_s`
+passed since the last part, so that a long run keeps durable progress. Rows of inputs still
+open never make a part due: no part could take them (one input of 50k chunks made every pool
+event write a part of a few rows). The memory they hold is bounded by what the dispatcher sends
+(the batcher's window, and its backpressure on `backlog`), not by writing.
+
+Failure records and unchanged inputs wake the writer at once: it records them (with a part,
+when one is due) in its own thread, so the loop never waits on a disk sync; while it is busy
+more gather, and go together in its next commit. The sink and the ledger run in the writer's
+own thread: their calls may block (disk, network).
 """
 
 from __future__ import annotations
@@ -16,52 +23,57 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpucli.output.accounts import Accounts, Committed
-    from gpucli.output.parts import Part
+    from gpucli.output.accounts import Accounts
 
 
-def part_due(backlog: int, part_rows: int, waited_s: float, flush_s: float) -> bool:
-    """Write a part now: a part's worth of rows waits, or the last part is `flush_s` old."""
-    return backlog >= part_rows or waited_s >= flush_s
+def part_due(ready_rows: int, part_rows: int, waited_s: float, flush_s: float) -> bool:
+    """Write a part now: `ready_rows` (rows of complete inputs) are a part's worth, or some are
+    ready and the last part is `flush_s` old."""
+    return ready_rows > 0 and (ready_rows >= part_rows or waited_s >= flush_s)
 
 
 class Writer:
-    """Writes parts in its own thread, one at a time, in order; the event loop only hands
-    over the rows. The commit step is the accounts': `Accounts.write` runs in the writer's
-    thread (the sink makes the part durable, the ledger marks its inputs done), then
-    `Accounts.durable` on the loop counts them."""
+    """Commits in its own thread, one at a time, in order; the event loop only hands over. The
+    commit step is the accounts': `Accounts.take_commit` on the loop (a frozen Commit),
+    `Accounts.write` in the writer's thread, then `Accounts.durable` on the loop counts it."""
 
     def __init__(self, accounts: Accounts, part_rows: int, flush_s: float) -> None:
         self.accounts = accounts
         self.part_rows = part_rows
         self.flush_s = flush_s
         self.seconds = 0.0
-        self.busy = False  # a part is being written now
+        self.busy = False  # a commit is being written now
+        self._last_part = time.monotonic()
         self._wake = asyncio.Event()
         self._closed = False
         self._task: asyncio.Task | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucli-writer")  # its own: never
-        # queued behind reader threads, and one at a time keeps parts in order
+        # queued behind reader threads, and one at a time keeps commits in order
 
     def warm(self) -> None:
         """Import what the first write needs, in the writer's thread (call while models load)."""
-        self._thread.submit(_warm_pyarrow)
+        if self._task is None or not self._task.done():  # a writer that failed has no thread left
+            self._thread.submit(_warm_pyarrow)
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._loop())
 
     def added(self) -> None:
-        """Rows were added to the buffer (on the loop): write a part once a part's worth waits."""
-        if part_due(self.backlog, self.part_rows, 0.0, self.flush_s):
+        """Rows, failures or unchanged inputs were added (on the loop): wake the writer when a
+        commit is due (a part, or marks to record)."""
+        if self.accounts.marks_pending or self._part_due():
             self._wake.set()
+
+    def _part_due(self) -> bool:
+        return part_due(self.accounts.ready_rows, self.part_rows, time.monotonic() - self._last_part, self.flush_s)
 
     @property
     def backlog(self) -> int:
-        """Rows waiting in the part buffer (derived there, never counted twice)."""
+        """Rows waiting in the part buffer, of complete inputs or not (derived there, never counted twice)."""
         return self.accounts.backlog
 
     async def drained(self, stopping: Callable[[], bool]) -> None:
-        """Until the part being written is durable (backpressure: the sink is slower than the
+        """Until the commit being written is durable (backpressure: the sink is slower than the
         model). Rows of inputs still waiting for items stay in the backlog: waiting for them
         would wait for the batches the caller holds back."""
         while self.busy and not stopping() and not self.task.done():
@@ -69,11 +81,11 @@ class Writer:
 
     @property
     def task(self) -> asyncio.Task | None:
-        """The writer's loop: done early only when the sink failed."""
+        """The writer's loop: done early only when the sink or the ledger failed."""
         return self._task
 
     async def close(self) -> None:
-        """Write what is complete and stop; raises what the sink raised."""
+        """Commit what is complete and pending, and stop; raises what the sink or ledger raised."""
         self._closed = True
         self._wake.set()
         if self._task is not None:
@@ -83,33 +95,37 @@ class Writer:
         try:
             while True:
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.flush_s)
+                    await asyncio.wait_for(self._wake.wait(), timeout=self._until_due())
                 except asyncio.TimeoutError:
                     pass
                 self._wake.clear()
-                await self._flush()
+                await self._commit(self._closed or self._part_due())
                 if self._closed:
-                    await self._flush()
+                    await self._commit(part=True)  # what came while the last one was written
                     return
         finally:  # a sink that failed (a full disk) ends the loop too: the thread must not outlive it,
             self._thread.shutdown(wait=False)  # or the process waits for it at exit (issue 41)
 
-    async def _flush(self) -> None:
-        part = self.accounts.take_part()
-        if part is None:
+    def _until_due(self) -> float:
+        """Seconds until the last part is `flush_s` old; once it is, `added` wakes the writer
+        as soon as rows are ready."""
+        left = self.flush_s - (time.monotonic() - self._last_part)
+        return left if left > 0 else self.flush_s
+
+    async def _commit(self, part: bool) -> None:
+        commit = self.accounts.take_commit(part)
+        if part:
+            self._last_part = time.monotonic()
+        if commit is None:
             return
         t0 = time.perf_counter()
         self.busy = True
         try:
-            committed = await asyncio.get_running_loop().run_in_executor(self._thread, self.write, part)
+            committed = await asyncio.get_running_loop().run_in_executor(self._thread, self.accounts.write, commit)
         finally:
             self.busy = False
         self.seconds += time.perf_counter() - t0
         self.accounts.durable(committed)
-
-    def write(self, part: Part) -> Committed:
-        """Write one part durably and commit it (the writer's thread)."""
-        return self.accounts.write(part)
 
 
 def _warm_pyarrow() -> None:

@@ -96,7 +96,7 @@ def test_results_of_one_wake_up_become_rows_together_and_each_row_keeps_its_inpu
     outputs = [np.full((len(b), 4), float(n), np.float32) for n, b in enumerate(blocks)]
     accounts.outputs_many(list(zip(blocks, outputs)))
     assert len(accounts.buffer._fresh) == 1  # one table for the three batches
-    part = accounts.take_part()
+    part = accounts.take_commit()
     rows = part.table.to_pylist()
     assert [r["path"] for r in rows] == [f"f{i}.txt" for i in range(9)]
     assert [r["embedding"][0] for r in rows] == [0.0] * 3 + [1.0] * 2 + [2.0] * 4
@@ -108,18 +108,17 @@ def test_a_bad_output_among_batches_that_came_back_together_fails_only_its_own_i
     from gpucli.tasks import TaskSpec
     from gpucli.tasks.embed import EmbedTask
 
-    failures: list = []
     task = EmbedTask(TaskSpec("embed", "minilm"))
     task.dims = 4
     accounts = _accounts_for(task)
-    accounts.output.failed = lambda failure: failures.append(failure) or False
     blocks, sources = _embed_batches(task, [2, 2, 2])
     for block, start in zip(blocks, (0, 2, 4)):
         accounts.expect(sources[start:start + len(block)], block)
     good = np.zeros((2, 4), np.float32)
     accounts.outputs_many([(blocks[0], good), (blocks[1], np.zeros((2, 3), np.float32)), (blocks[2], good)])
-    assert sorted(f.path for f in failures) == ["f2.txt", "f3.txt"]
-    assert sorted(accounts.take_part().table.column("path").to_pylist()) == ["f0.txt", "f1.txt", "f4.txt", "f5.txt"]
+    commit = accounts.take_commit()  # the failure records go with the next commit
+    assert sorted(f.path for f in commit.failures) == ["f2.txt", "f3.txt"]
+    assert sorted(commit.table.column("path").to_pylist()) == ["f0.txt", "f1.txt", "f4.txt", "f5.txt"]
     assert accounts.counts.items == 6
 
 

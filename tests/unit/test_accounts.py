@@ -20,12 +20,12 @@ def test_an_input_is_complete_only_when_its_last_item_is_back_and_a_part_holds_c
     first = everything.take(np.array([0, 2]))  # input 0's first item, input 1's only item
     accounts.outputs(first, outputs(first))
     assert accounts.status[0] == Status.OPEN and accounts.status[1] == Status.COMPLETE
-    part = accounts.take_part()
+    part = accounts.take_commit()
     assert part.table.column("path").to_pylist() == ["f1.txt"], "input 0 still waits for an item"
     assert accounts.backlog == 1
     second = everything.take(np.array([1]))
     accounts.outputs(second, outputs(second))
-    rows = accounts.take_part().table.to_pylist()
+    rows = accounts.take_commit().table.to_pylist()
     assert [(r["path"], r["chunk"]) for r in rows] == [("f0.txt", 0), ("f0.txt", 1)], "in item order"
     assert rows[0]["size"] == 10 and rows[0]["digest"] == "d0", "the input's own columns"
     assert accounts.backlog == 0
@@ -37,7 +37,7 @@ def test_the_commit_step_writes_the_part_then_marks_it_in_the_ledger_then_counts
     items = block([(0, 0), (1, 0), (1, 1), (2, 0)])
     accounts.expect(found, items)
     accounts.outputs(items, outputs(items))
-    committed = accounts.write(accounts.take_part())
+    committed = accounts.write(accounts.take_commit())
     assert output.sink.calls == ["sink.write", "ledger.commit"], "durable first, then the ledger"
     assert output.committed == [(["f0.txt", "f1.txt", "f2.txt"], [1, 2, 1], "part-00001")]
     assert isinstance(committed, Committed) and committed.rows == 4
@@ -58,11 +58,14 @@ def test_a_failed_item_fails_its_input_once_and_drops_its_rows_already_buffered_
     late = items.take(np.array([2]))
     accounts.outputs(late, outputs(late))
     accounts.fail_items(items.take(np.array([2])), "infer", "again")  # a second failure of the same input
-    part = accounts.take_part()
-    assert part.table.column("path").to_pylist() == ["f1.txt"]
-    assert [(f.path, f.stage, f.error) for f in output.failures] == [("f0.txt", "infer", "BOOM in batch")]
-    assert f"{output.failures[0].size}" == "10", "the failing content's stat, for the ledger"
+    commit = accounts.take_commit()
+    assert commit.table.column("path").to_pylist() == ["f1.txt"]
+    assert [(f.path, f.stage, f.error) for f in commit.failures] == [("f0.txt", "infer", "BOOM in batch")]
+    assert f"{commit.failures[0].size}" == "10", "the failing content's stat, for the ledger"
     assert accounts.summary.failed == 1 and accounts.status[0] == Status.FAILED
+    assert output.failures == [], "recorded by the commit step (the writer's thread), not on the loop"
+    accounts.durable(accounts.write(commit))
+    assert [f.path for f in output.failures] == ["f0.txt"]
 
 
 def test_an_unusable_model_output_fails_only_the_inputs_of_its_batch():
@@ -72,12 +75,13 @@ def test_an_unusable_model_output_fails_only_the_inputs_of_its_batch():
     accounts.expect(found, items)
     good, bad = items.take(np.array([0])), items.take(np.array([1]))
     accounts.outputs_many([(good, outputs(good)), (bad, [{"words": "not a number", "embedding": None}])])
-    assert [f.path for f in output.failures] == ["f1.txt"]
-    assert "unusable model output" in output.failures[0].error
-    assert accounts.take_part().table.column("path").to_pylist() == ["f0.txt"]
+    commit = accounts.take_commit()
+    assert [f.path for f in commit.failures] == ["f1.txt"]
+    assert "unusable model output" in commit.failures[0].error
+    assert commit.table.column("path").to_pylist() == ["f0.txt"]
 
 
-def test_a_read_chunk_ends_its_failed_and_unchanged_inputs_and_hands_on_the_rest():
+def test_a_read_chunk_ends_its_failed_and_unchanged_inputs_hands_on_the_rest_and_the_next_commit_records_them():
     accounts, output = make_accounts()
     found = sources(4)
     output.known_failures.add("bad.txt")
@@ -86,8 +90,14 @@ def test_a_read_chunk_ends_its_failed_and_unchanged_inputs_and_hands_on_the_rest
                       unchanged=found[2:])
     assert len(accounts.read(chunk)) == 2
     s = accounts.summary
-    assert (accounts.counts.found, s.failed, s.failed_known, s.skipped, s.unchanged) == (5, 1, 1, 3, 2)
-    assert output.unchanged_sources == found[2:]
+    assert (accounts.counts.found, s.failed, s.skipped, s.unchanged) == (5, 1, 3, 2), "counted at once"
+    assert output.failures == [] and output.unchanged_sources == [], "nothing written on the loop"
+    commit = accounts.take_commit()
+    assert commit.table is None and len(commit.source_ids) == 0, "no part: no input is complete"
+    accounts.durable(accounts.write(commit))
+    assert [f.path for f in output.failures] == ["bad.txt", "link"] and output.unchanged_sources == found[2:]
+    assert s.failed_known == 1, "the ledger's answer: failed before, unchanged"
+    assert accounts.take_commit() is None, "nothing left to record"
     assert accounts.read(ReadChunk(found=0)) is None, "nothing to run"
 
 
@@ -98,9 +108,9 @@ def test_inputs_no_result_came_back_for_become_failure_records():
     accounts.expect(found, items)
     done = items.take(np.array([0]))
     accounts.outputs(done, outputs(done))
-    accounts.durable(accounts.write(accounts.take_part()))
+    accounts.durable(accounts.write(accounts.take_commit()))
     accounts.lost("no result came back")
-    assert sorted(f.path for f in output.failures) == ["f1.txt", "f2.txt"]
+    assert sorted(f.path for f in accounts.take_commit().failures) == ["f1.txt", "f2.txt"]
     assert accounts.unfinished() == 0 and accounts.summary.succeeded == 1
 
 
@@ -110,6 +120,6 @@ def test_the_counts_the_progress_shows_are_the_summary_s():
     items = block([(0, 0), (0, 1)])
     accounts.expect(found, items)
     accounts.outputs(items, outputs(items))
-    accounts.durable(accounts.write(accounts.take_part()))
+    accounts.durable(accounts.write(accounts.take_commit()))
     counts = accounts.counts_now()
     assert (counts.done, counts.rows, counts.items, counts.cost) == (1, 2, 2, 4)

@@ -34,7 +34,7 @@ def test_a_copy_of_content_in_flight_sends_no_items_and_gets_the_originals_rows_
     assert sent.source_ids.tolist() == [0, 0, 1], "the copy's items never reach the batcher"
     assert accounts.status[2] == Status.OPEN, "the copy waits for its original"
     accounts.outputs(sent, outputs(sent))
-    part = accounts.take_part()
+    part = accounts.take_commit()
     rows = part.table.to_pylist()
     by_path = {}
     for row in rows:
@@ -56,7 +56,7 @@ def test_a_copy_seen_in_a_later_chunk_waits_for_the_original_in_flight():
     first = accounts.read(ReadChunk(sources=found[:1], block=block([(0, 0)]), found=1))
     assert accounts.read(ReadChunk(sources=found[1:], block=block([(1, 0)]), found=1)) is None, "all copies"
     accounts.outputs(first, outputs(first))
-    accounts.durable(accounts.write(accounts.take_part()))
+    accounts.durable(accounts.write(accounts.take_commit()))
     assert (accounts.summary.succeeded, accounts.summary.deduplicated) == (2, 1)
 
 
@@ -65,9 +65,10 @@ def test_a_copy_whose_original_failed_gets_the_same_failure_record_under_its_own
     found = _with_digests(sources(2), ["same", "same"])
     sent = accounts.read(ReadChunk(sources=found, block=block([(0, 0), (1, 0)]), found=2))
     accounts.fail_items(sent, "infer", "BOOM in batch")
-    assert [(f.path, f.error) for f in output.failures] == [("f0.txt", "BOOM in batch"), ("f1.txt", "BOOM in batch")]
+    commit = accounts.take_commit()
+    assert [(f.path, f.error) for f in commit.failures] == [("f0.txt", "BOOM in batch"), ("f1.txt", "BOOM in batch")]
     assert accounts.summary.failed == 2 and accounts.unfinished() == 0
-    assert accounts.take_part() is None
+    assert commit.table is None, "no rows"
 
 
 def test_content_seen_after_its_original_left_for_the_sink_is_a_new_original():
@@ -75,7 +76,7 @@ def test_content_seen_after_its_original_left_for_the_sink_is_a_new_original():
     found = _with_digests(sources(2), ["same", "same"])
     first = accounts.read(ReadChunk(sources=found[:1], block=block([(0, 0)]), found=1))
     accounts.outputs(first, outputs(first))
-    part = accounts.take_part()
+    part = accounts.take_commit()
     again = accounts.read(ReadChunk(sources=found[1:], block=block([(1, 0)]), found=1))
     assert again.source_ids.tolist() == [1], "embedded again: correct, only not saved"
     accounts.durable(accounts.write(part))
@@ -137,7 +138,7 @@ def test_content_the_output_holds_is_read_back_and_the_copy_is_complete_without_
     assert sink.reads == [("part-00003.parquet", ["old.txt"])]
     sent = accounts.read(chunk, copied)
     accounts.outputs(sent, outputs(sent))
-    part = accounts.take_part()
+    part = accounts.take_commit()
     rows = [r for r in part.table.to_pylist() if r["path"] == "f0.txt"]
     assert [(r["chunk"], r["text"], r["digest"]) for r in rows] == [(0, "t0", "same"), (1, "t1", "same")], \
         "in chunk order, with the copy's own columns"

@@ -34,7 +34,7 @@ def test_an_input_counts_as_back_before_its_part_is_durable_and_as_done_after():
     assert accounts.open_inputs() == 2
     rest = items.take(np.array([1, 3]))
     accounts.outputs(rest, outputs(rest))
-    committed = accounts.write(accounts.take_part())
+    committed = accounts.write(accounts.take_commit())
     counts = accounts.counts_now()
     assert (counts.back, counts.done, counts.finished) == (3, 0, 3), "written by the sink, not yet durable here"
     accounts.durable(committed)

@@ -13,10 +13,11 @@ from gpucli.output.writer import Writer, part_due
 from tests.helpers import block, make_accounts, outputs, sources
 
 
-def test_a_part_is_due_at_part_rows_or_after_flush_s():
-    assert part_due(backlog=100, part_rows=100, waited_s=0.0, flush_s=30.0)
-    assert not part_due(backlog=99, part_rows=100, waited_s=29.9, flush_s=30.0)
-    assert part_due(backlog=1, part_rows=100, waited_s=30.0, flush_s=30.0)
+def test_a_part_is_due_at_part_rows_of_complete_inputs_or_after_flush_s():
+    assert part_due(ready_rows=100, part_rows=100, waited_s=0.0, flush_s=30.0)
+    assert not part_due(ready_rows=99, part_rows=100, waited_s=29.9, flush_s=30.0)
+    assert part_due(ready_rows=1, part_rows=100, waited_s=30.0, flush_s=30.0)
+    assert not part_due(ready_rows=0, part_rows=100, waited_s=60.0, flush_s=30.0), "no rows, no part"
 
 
 def test_the_writer_writes_in_its_own_thread_when_a_part_is_due_and_the_rest_on_close():
@@ -82,3 +83,54 @@ def test_a_sink_that_fails_ends_the_writer_with_its_error_and_nothing_counted():
     error = asyncio.run(scenario())
     assert isinstance(error, OSError) and error.errno == 28
     assert accounts.summary.succeeded == 0 and output.committed == [], "no ledger mark without a durable part"
+
+
+async def settled(writer: Writer) -> None:
+    """Yield to the loop until the writer has done what it was woken for (no clock asserted)."""
+    await asyncio.sleep(0.005)
+    while writer.busy:
+        await asyncio.sleep(0.001)
+
+
+def test_rows_of_an_input_still_open_make_no_part_due_however_many():
+    """Issue 40: one input of 20,000 chunks comes back over 200 pool events, and one small input
+    completes with each. Its held rows pass part_rows half way, yet no part can take them: the
+    small inputs wait for part_rows of complete rows (or flush_s), and the run writes one part,
+    not one tiny part (a Parquet file and a synced ledger transaction) per event."""
+    accounts, output = make_accounts()
+    big, small = 20_000, 200
+    found = sources(1 + small)
+    everything = block([(0, i) for i in range(big)] + [(1 + n, 0) for n in range(small)])
+    accounts.expect(found, everything)
+
+    async def scenario():
+        writer = Writer(accounts, part_rows=10_000, flush_s=3600.0)
+        writer.start()
+        for n in range(small):
+            event = everything.take(np.r_[np.arange(n * 100, (n + 1) * 100), big + n])
+            accounts.outputs(event, outputs(event))
+            writer.added()
+            await settled(writer)
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert accounts.summary.succeeded == 1 + small and accounts.summary.rows == big + small
+    assert len(output.sink.tables) == 1, f"{len(output.sink.tables)} parts for {small} events"
+    assert accounts.ready_rows == 0 and accounts.backlog == 0
+
+
+def test_complete_rows_are_counted_ready_as_inputs_complete_fail_and_leave_in_a_part():
+    accounts, _ = make_accounts()
+    found = sources(3)
+    items = block([(0, 0), (0, 1), (1, 0), (2, 0), (2, 1)])
+    accounts.expect(found, items)
+    first = items.take(np.array([0, 2, 3]))  # input 1 complete; 0 and 2 half back
+    accounts.outputs(first, outputs(first))
+    assert (accounts.ready_rows, accounts.backlog) == (1, 3)
+    rest = items.take(np.array([1, 4]))
+    accounts.outputs(rest, outputs(rest))
+    assert accounts.ready_rows == 5
+    accounts.fail_items(items.take(np.array([4])), "infer", "late failure")  # input 2, complete, fails
+    assert accounts.ready_rows == 3
+    commit = accounts.take_commit()
+    assert commit.table.num_rows == 3 and accounts.ready_rows == 0 and accounts.backlog == 0

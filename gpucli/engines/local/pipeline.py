@@ -8,7 +8,7 @@ One input, from the walk to the ledger (one callback: the pool's events, `_on_po
       -> WorkerPool.send -> worker: task.predict -> Result / Failed messages -> WorkerPool
          (recovery's decision) -> _on_pool_event(BatchesDone) -> Accounts.outputs_many (rows
          into the part buffer; an input is complete when all its items are back)
-      -> Writer: Accounts.take_part, then in the writer's thread Accounts.write (sink.write,
+      -> Writer: Accounts.take_commit, then in the writer's thread Accounts.write (sink.write,
          then the ledger marks the part's inputs done) -> Accounts.durable (counted done)
 
 The event loop only routes: file I/O and tokenizing run in reader threads or processes, models in the
@@ -101,6 +101,7 @@ class Pipeline:
                                setup_timeout_s=config.setup_timeout_s)
         self._oom = OomHistory(self.batcher.caps)  # out-of-memory errors lower the batcher's caps
         self.writer = Writer(job.accounts, config.part_rows, config.flush_s)
+        self.writer.start()  # from the first read chunk: its failures and unchanged inputs are recorded there
         self.has_work = asyncio.Event()
         ticker = asyncio.ensure_future(tick(self.progress, lambda: job.counts_now(self.queue.items,
                                                                                   self.pool.in_flight_count())))
@@ -126,11 +127,12 @@ class Pipeline:
         tree then finishes in the time of a walk, without loading a model."""
         waiter = asyncio.ensure_future(self.has_work.wait())
         stop = asyncio.ensure_future(self.stop_event.wait())
-        await asyncio.wait({waiter, stop, self.reader}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({waiter, stop, self.reader, self.writer.task}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
         stop.cancel()
-        if self.reader.done() and not self.reader.cancelled() and self.reader.exception() is not None:
-            raise self.reader.exception()
+        for stage in (self.reader, self.writer.task):  # the writer: a failures file or ledger that failed
+            if stage.done() and not stage.cancelled() and stage.exception() is not None:
+                raise stage.exception()
         return self.has_work.is_set() and not self.signal_received
 
     async def _load_and_run(self, devices: list[str]) -> None:
@@ -139,8 +141,6 @@ class Pipeline:
         self.writer.warm()
         if not self.pool.spawned:
             self.pool.spawn()
-        if self.writer.task is None:  # else started by copies of content the output holds (_read)
-            self.writer.start()
         dispatcher = asyncio.ensure_future(feed(self.pool, self.batcher, self.writer, self.config.part_rows,
                                                 lambda: bool(self.signal_received)))  # fills the Pipes while they load
         loading = asyncio.ensure_future(self.pool.start())
@@ -210,8 +210,7 @@ class Pipeline:
                 if copies is not None and chunk.sources:
                     chunk, copied = await asyncio.to_thread(copies.take, chunk)
                 block = job.accounts.read(chunk, copied)
-                if copied and self.writer.task is None:  # copies' rows need no model: no worker loads for them
-                    self.writer.start()
+                self.writer.added()  # failures, unchanged inputs, copies' rows (they need no model)
                 if block is not None:
                     self.has_work.set()
                     await self.queue.put(block)
@@ -240,6 +239,7 @@ class Pipeline:
             case BatchFailed(batch=batch, reason=reason):
                 with errors_stop_the_pool(self.pool):
                     self.job.accounts.fail_items(batch.items, Stage.INFER, reason)
+                self.writer.added()
             case OutOfMemory(batch_size=batch_size):
                 self._oom, said = after_oom(self._oom, batch_size)
                 if said:

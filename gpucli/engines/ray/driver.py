@@ -165,6 +165,7 @@ class RayJob:
                 else:
                     self.sent[source.id] = source
             self.job.accounts.read(ReadChunk(failures=failures, unchanged=unchanged, found=len(found)))
+            self._flush()  # their records, a chunk's worth at a time
 
     # --- Ray --------------------------------------------------------------------------------
     def _dataset(self, plan: Plan, alone: bool):
@@ -216,16 +217,17 @@ class RayJob:
 
     # --- parts, progress, the end -----------------------------------------------------------
     def _flush(self, force: bool = False) -> None:
-        """The rows of complete inputs as one part, once `part_rows` wait or `flush_s` passed."""
+        """The failure records and unchanged inputs so far, and the rows of complete inputs as
+        one part once a part is due (writer.part_due) or `force`."""
         accounts = self.job.accounts
-        if not force and not part_due(accounts.backlog, self.config.part_rows, time.monotonic() - self._last_flush,
-                                      self.config.flush_s):
-            return
-        self._last_flush = time.monotonic()
-        part = accounts.take_part()
-        if part is not None:
+        part = force or part_due(accounts.ready_rows, self.config.part_rows, time.monotonic() - self._last_flush,
+                                 self.config.flush_s)
+        if part:
+            self._last_flush = time.monotonic()
+        commit = accounts.take_commit(part)
+        if commit is not None:
             t0 = time.perf_counter()
-            accounts.durable(accounts.write(part))  # the local writer's commit step, in turn
+            accounts.durable(accounts.write(commit))  # the local writer's commit step, in turn
             self.write_s += time.perf_counter() - t0
 
     def _finish(self, error: OutputError | None = None) -> RunSummary:
