@@ -99,7 +99,7 @@ def test_parquet_parts_on_a_full_disk_exit_3_and_a_rerun_with_space_finishes_exa
     assert summary["succeeded"] < 243  # it really ran out of space
 
     grow(disk)
-    again = embed(root, str(out), tiny_bert)
+    again = embed(root, str(out), tiny_bert, "--fail-on", "any")  # known failures count too: the order of writes
     assert again.returncode == 1, again.stderr[-2000:]  # the three binary files fail; nothing else does
     done = json.loads(again.stdout)
     assert done["succeeded"] + done["unchanged"] == 240 and done["failed"] == 3
@@ -114,7 +114,7 @@ def test_json_lines_on_a_full_disk_exit_3_and_free_the_lock(tmp_path, small_fs, 
     out = disk / "o.jsonl"
     check_full_disk_run(embed(root, str(out), tiny_bert), disk)
     grow(disk)
-    again = embed(root, str(out), tiny_bert)
+    again = embed(root, str(out), tiny_bert, "--fail-on", "any")
     assert again.returncode == 1, again.stderr[-2000:]  # not 75: the lock was released
     rows = Counter((row["path"], row["chunk"]) for row in map(json.loads, out.read_text().splitlines()))
     assert max(rows.values()) == 1 and len({path for path, _ in rows}) == 240
@@ -146,8 +146,10 @@ def test_an_embedded_qdrant_on_a_full_disk_exits_3(tmp_path, small_fs, tiny_bert
     result = embed(root, f"qdrant:{disk}/q/docs", tiny_bert)
     check_full_disk_run(result, disk)
     grow(disk)
-    again = embed(root, f"qdrant:{disk}/q/docs", tiny_bert)
+    again = embed(root, f"qdrant:{disk}/q/docs", tiny_bert, "--fail-on", "any")
     assert again.returncode == 1, again.stderr[-2000:]
+    done = json.loads(again.stdout)
+    assert (done["failed"], done["succeeded"] + done["unchanged"]) == (3, 240)
 
 
 def test_the_mount_helper_is_real(small_fs):

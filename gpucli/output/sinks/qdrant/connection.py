@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from gpucli.core.errors import GpucliError, LockedError, RunFailedError, UsageError
+from gpucli.core.errors import GpucliError, LockedError, OutputError, RunFailedError, UsageError, os_error, sqlite_error
 from gpucli.output.sinks.qdrant.target import API_KEY_ENV, Target
 
 T = TypeVar("T")
@@ -108,7 +108,12 @@ class Connection:
             return fn()
         except GpucliError:
             raise
+        except OSError as exc:  # the storage's files: a full disk, a read-only one, named (exit 3)
+            raise os_error(exc, self.target.path) from None
         except Exception as exc:  # noqa: BLE001 - embedded errors are final; name the output
+            stored = _storage_error(exc, self.target)
+            if stored is not None:
+                raise stored from None
             raise GpucliError(f"{self.target.display}: {what} failed: {_describe(exc)}") from None
 
     def _call_server(self, what: str, fn: Callable[[], T]) -> T:
@@ -195,3 +200,14 @@ def _describe(exc: BaseException) -> str:
         exc = exc.source
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _storage_error(exc: Exception, target: Target) -> OutputError | None:
+    """Embedded mode keeps a collection's points in SQLite: a file system that is full, read-only
+    or failing is the output side failing (OutputError: exit 3, the path named, a rerun resumes),
+    not one batch's upsert; None for any other error."""
+    import sqlite3
+
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    return sqlite_error(exc, os.path.join(target.path, "collection", target.collection, "storage.sqlite"))
