@@ -196,7 +196,7 @@ def test_when_no_node_can_run_the_model_the_run_fails_with_exit_3_and_a_rerun_do
     """The last worker node goes (the head runs no work): exit 3, the ledger holds exactly the
     inputs whose rows are written; with the node back, a rerun does the rest, each once."""
     root, out = slow_files(tmp_path)
-    running = cluster.popen(fake_run(root, out, {"sleep_ms": 150}, **SLOW))
+    running = cluster.popen(fake_run(root, out, {"sleep_ms": 50}, **SLOW))  # ~3 s of batches: the kill lands early
     wait_for_a_part(out, running)
     try:
         cluster.kill_node("w1")
@@ -208,7 +208,7 @@ def test_when_no_node_can_run_the_model_the_run_fails_with_exit_3_and_a_rerun_do
         assert done == written and 0 < len(done) < 120
     finally:
         cluster.start_worker("w1")
-    again = cluster.run(fake_run(root, out, {"sleep_ms": 150}, **SLOW))
+    again = cluster.run(fake_run(root, out, {"sleep_ms": 50}, **SLOW))
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads(again.stdout)
     assert (summary["unchanged"], summary["succeeded"]) == (len(done), 120 - len(done))
