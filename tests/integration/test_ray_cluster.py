@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
+from typer.testing import CliRunner
 
+from gpucli.app.cli import app
 from tests.helpers import write_tree
 from tests.ray_cluster import ADDRESS, Cluster, fake_run, usable
 
@@ -101,9 +102,8 @@ def test_a_missing_or_wrong_token_exits_2_at_once_naming_the_variables_to_set(cl
 def test_embed_on_the_cluster_gives_the_local_engines_rows_failures_ledger_and_exit_code(cluster, tiny_bert, tmp_path):
     root = docs(tmp_path / "in")
     model = ("--model", str(tiny_bert))
-    local = subprocess.run([sys.executable, "-m", "gpucli", "embed", str(root), "--out",
-                            str(tmp_path / "local.parquet"), "--json", "--progress", "off", "--devices", "cpu", *model],
-                           capture_output=True, text=True, env=cluster.env(), cwd=cluster.base, timeout=300)
+    local = CliRunner().invoke(app, ["embed", str(root), "--out", str(tmp_path / "local.parquet"), "--json",
+                                     "--progress", "off", "--devices", "cpu", *model])  # the reference, here
     remote_run = embed(cluster, root, tmp_path / "ray.parquet", *model, "--workers-per-device", "2")
     want, got = summary_of(local), summary_of(remote_run)
 
