@@ -16,13 +16,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
+import gpucli.engines.outcome as outcome
 from gpucli import __version__
 from gpucli.core.config import RunConfig
 from gpucli.core.errors import GpucliError
 from gpucli.core.progress import Counts, Progress, make_progress, start_line
 from gpucli.core.records import Failure, Source
 from gpucli.core.summary import BusyClock, RunSummary, now_text
-from gpucli.engines import outcome
 from gpucli.engines.batching import WINDOW_BATCHES, BatchCaps
 from gpucli.engines.reader import Attempts, ReaderProcesses
 from gpucli.engines.run_inputs import RunInputs, check_roots, input_root

@@ -18,9 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+import gpucli.output.sinks.qdrant.collection as collection
+import gpucli.output.sinks.qdrant.deletes as deletes
 import gpucli.output.sinks.qdrant.state_dir as places
 from gpucli.output.sinks.base import Sink
-from gpucli.output.sinks.qdrant import collection, deletes
 from gpucli.output.sinks.qdrant.collection import Mismatch, Wanted
 from gpucli.output.sinks.qdrant.connection import Connection
 from gpucli.output.sinks.qdrant.embedded import checkpoint, group_commits
