@@ -20,12 +20,12 @@ from typer.testing import CliRunner
 
 from gpucli.app.cli import app
 from gpucli.commands import search as search_mod
-from gpucli.core.notes import library_notes, note_text
 from gpucli.commands.search import ParquetIndex, QdrantIndex, embed_queries, search
 from gpucli.commands.search import parquet as parquet_mod
 from gpucli.commands.search.runtime import Runtime, asked, query_runtime
 from gpucli.core.config import RunConfig
 from gpucli.core.errors import GpucliError, UsageError
+from gpucli.core.notes import library_notes, note_text
 from gpucli.engines.local.pipeline import run
 from gpucli.output.sinks import open_sink
 from tests.fake_task import FAKE
