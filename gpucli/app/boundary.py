@@ -26,6 +26,7 @@ from gpucli.core.errors import EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Gpucl
 
 EXIT_BROKEN_PIPE = 128 + 13  # what a C tool killed by SIGPIPE exits with (`set -o pipefail` sees it)
 EXIT_JOIN_S = 10.0  # what the other threads get to finish once the run has ended and said so
+EXIT_HANDLERS_S = 20.0  # what the atexit handlers get, after that
 
 
 class Terminated(BaseException):
@@ -115,6 +116,7 @@ def exit_without_teardown(exc: SystemExit) -> None:
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
     _join_threads(EXIT_JOIN_S)
+    _leave_after(EXIT_HANDLERS_S, status)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -122,6 +124,25 @@ def exit_without_teardown(exc: SystemExit) -> None:
         except (OSError, ValueError):  # a closed pipe (`gpucli ... | head`): nothing more to say
             pass
     os._exit(status)
+
+
+def _leave_after(deadline_s: float, status: int) -> None:
+    """The exit handlers get `deadline_s`; then the process leaves without the rest of them.
+    They join what multiprocessing left behind (a queue's feeder thread, child processes),
+    and one waiting on a pipe that nobody reads would keep a cron job alive forever after
+    its outcome was durable and printed (issue 41: gpucli.engines.reader.ReaderProcesses.close
+    now leaves none; this is the net under whatever else a library leaves)."""
+
+    def leave() -> None:
+        try:
+            print(f"gpucli: note: the exit handlers did not finish within {deadline_s:g}s; leaving "
+                  "without them (what the command wrote was complete before they ran)", file=sys.stderr, flush=True)
+        finally:
+            os._exit(status)
+
+    timer = threading.Timer(deadline_s, leave)
+    timer.daemon = True
+    timer.start()
 
 
 def _join_threads(deadline_s: float) -> None:

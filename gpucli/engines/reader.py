@@ -325,11 +325,24 @@ class ReaderProcesses:
         return back.chunk(sources)
 
     def close(self) -> None:
-        processes = list((getattr(self._pool, "_processes", None) or {}).values())
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop at once: the readers are killed, idle or mid-chunk (a run that stopped keeps
+        nothing they would send). A reader killed while it sent a large chunk back leaves the
+        executor's manager thread waiting for the rest of that message, and the call queue's
+        feeder thread waiting to send a large chunk to readers that are gone; multiprocessing
+        joins that feeder at exit, so the process never left (issue 41: a full disk printed
+        its error and summary, then hung). With the readers killed, the parent's copy of the
+        result pipe's writing end is closed: the manager reads EOF, takes the pool for broken
+        and closes the call pipe, which ends the feeder's send (EPIPE, which the executor
+        ignores). Nothing in the parent writes to that pipe: only readers do."""
+        pool = self._pool
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)  # shutdown forgets it
+        pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:  # idle now, or reading for a run that stopped: nothing to keep
             if process.is_alive():
                 process.kill()
+        if writer is not None:  # EOF once the killed readers are gone (the kernel closes their ends)
+            writer.close()
 
 
 def _died(sources: list[Source]) -> Exception:

@@ -1,0 +1,80 @@
+"""A command leaves once its outcome is out (issue 41: a full disk printed its error and its
+summary, then never exited). The hang was multiprocessing's: a reader process killed while it
+sent a large chunk back left the executor's manager thread waiting for the rest of that message
+and the call queue's feeder waiting to send to readers that were gone, and multiprocessing joins
+that feeder at exit. Each case runs in an interpreter of its own, as the console script does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+HANG_S = 120  # only catches a hang; nothing here asserts how fast anything is
+
+READERS_KILLED_MID_SEND = textwrap.dedent('''
+    import json, os, signal, sys, threading, time
+    from pathlib import Path
+
+    from gpucli.app.boundary import exit_without_teardown
+    from gpucli.core.records import Source
+    from gpucli.engines.reader import ReaderProcesses
+    from gpucli.tasks.base import TaskSpec
+
+    big = Path(sys.argv[1])
+    big.write_text("".join(f"line {i} of a long file\\n" for i in range(600_000)))
+    st = big.stat()
+    readers = ReaderProcesses(TaskSpec("tests.fake_task:FakeTask", "fake-model"), 1)
+    first = readers.submit([Source(0, "big.txt", str(big), st.st_size, st.st_mtime_ns, "", st.st_dev, st.st_ino)],
+                           1 << 30, None)
+    # the next chunk is larger than a pipe holds: the feeder is mid-send while the reader is busy
+    many = [Source(i, "gone/" + "n" * 300 + str(i), "/nonexistent/" + "n" * 300 + str(i)) for i in range(1, 600)]
+    second = readers.submit(many, 1 << 30, None)
+    import multiprocessing
+    reader, = multiprocessing.active_children()
+    deadline = time.monotonic() + 100
+    while "pipe_write" not in Path(f"/proc/{reader.pid}/wchan").read_text():  # sending its result back
+        assert time.monotonic() < deadline, "the reader never sent its chunk back"
+        time.sleep(0.0005)
+    os.kill(reader.pid, signal.SIGSTOP)  # frozen mid-message: the parent holds part of it
+    readers.close()
+    end = time.monotonic() + 15
+    while time.monotonic() < end and [t for t in threading.enumerate() if t is not threading.main_thread()]:
+        time.sleep(0.05)
+    left = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    print(json.dumps({"threads_left": left}), flush=True)
+    exit_without_teardown(SystemExit(0))
+''')
+
+STUCK_EXIT_HANDLER = textwrap.dedent('''
+    import atexit, time
+
+    from gpucli.app import boundary
+
+    boundary.EXIT_HANDLERS_S = 1.0
+    atexit.register(time.sleep, 3600)  # a library's handler that waits on something gone
+    print("done", flush=True)
+    boundary.exit_without_teardown(SystemExit(4))
+''')
+
+
+def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=HANG_S)
+
+
+def test_readers_killed_mid_send_leave_no_thread_waiting_and_the_process_exits(tmp_path: Path):
+    result = run_script(READERS_KILLED_MID_SEND, str(tmp_path / "big.txt"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.splitlines()[0]) == {"threads_left": []}
+    assert "exit handlers did not finish" not in result.stderr, result.stderr[-3000:]
+
+
+def test_an_exit_handler_that_never_returns_does_not_keep_the_process(tmp_path: Path):
+    result = run_script(STUCK_EXIT_HANDLER)
+    assert (result.returncode, result.stdout) == (4, "done\n")
+    assert "gpucli: note: the exit handlers did not finish within 1s" in result.stderr
