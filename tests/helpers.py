@@ -90,9 +90,10 @@ def unlistable(monkeypatch, directory: Path) -> None:
 
 
 def points(storage: Path, collection: str) -> list:
-    from qdrant_client import QdrantClient
+    """Every point of an embedded collection (Qdrant Edge), as qdrant-client's records."""
+    from gpucli.output.sinks.qdrant.edge import EdgeClient
 
-    client = QdrantClient(path=str(storage))
+    client = EdgeClient(str(storage))
     try:
         found, offset = [], None
         while True:

@@ -152,6 +152,30 @@ def test_an_embedded_qdrant_on_a_full_disk_exits_3(tmp_path, small_fs, tiny_bert
     assert (done["failed"], done["succeeded"] + done["unchanged"]) == (3, 240)
 
 
+def test_an_embedded_qdrant_whose_disk_fills_between_runs_exits_3_at_its_first_write_not_sigbus(
+        tmp_path, small_fs, tiny_bert):
+    """Qdrant Edge fills sparse memory-mapped files: a page touched on a full file system is a
+    SIGBUS, not an error. A run that finds too little room for what the shard's files may still
+    fill refuses its first write with ENOSPC (exit 3, one line), and a rerun with room finishes."""
+    root = documents(tmp_path / "in", n=40)
+    disk = small_fs(384 * 1024)
+    out = f"qdrant:{disk}/q/docs"
+    first = embed(root, out, tiny_bert)
+    assert first.returncode == 1, first.stderr[-2000:]  # the three binary files fail
+    for i in range(40, 80):
+        (root / f"more{i}.txt").write_text(f"another document number {i} about the harbour")
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    filler = disk / "filler"
+    subprocess.run(["fallocate", "-l", str(free - 24 * 2**20), str(filler)], check=True)
+    summary = check_full_disk_run(embed(root, out, tiny_bert), disk)
+    assert summary["succeeded"] == 0
+    filler.unlink()
+    again = embed(root, out, tiny_bert, "--fail-on", "any")
+    assert again.returncode == 1, again.stderr[-2000:]
+    done = json.loads(again.stdout)
+    assert (done["failed"], done["succeeded"] + done["unchanged"]) == (3, 80)
+
+
 def test_the_mount_helper_is_real(small_fs):
     """Guards the guard: the filesystem really is that small."""
     disk = small_fs(64)

@@ -175,7 +175,7 @@ def test_prune_deletes_the_points_of_removed_files(tree, tmp_path):
 
 @pipeline_tests
 def test_another_model_needs_full_and_then_replaces_the_collection(tree, tmp_path):
-    from qdrant_client import QdrantClient
+    from gpucli.output.sinks.qdrant.edge import EdgeClient
 
     root = tree({"a.txt": "one\ntwo\n"})
     out = f"qdrant:{tmp_path / 'qd'}/docs"
@@ -187,7 +187,7 @@ def test_another_model_needs_full_and_then_replaces_the_collection(tree, tmp_pat
     assert summary.succeeded == 1
     found = points(tmp_path / "qd", "docs")
     assert {p.payload["model"] for p in found} == {"fake-model-2"} and len(found) == 2
-    client = QdrantClient(path=str(tmp_path / "qd"))
+    client = EdgeClient(str(tmp_path / "qd"))
     assert client.get_collection("docs").config.metadata["gpucli.model"] == "fake-model-2"
     client.close()
 
@@ -275,8 +275,8 @@ def test_embedded_storage_in_use_elsewhere_is_locked(tmp_path):
 
 def test_embedded_writes_are_durable_when_write_returns(tmp_path):
     """The process dies right after `write` returned, without `close`: every point is there
-    (group commits: WAL + one checkpoint per write, instead of an fsync per point)."""
-    import sqlite3
+    (the Qdrant Edge shard is flushed once per write), and the next open finds them unindexed
+    but searchable."""
     import subprocess
     import sys
 
@@ -286,9 +286,7 @@ def test_embedded_writes_are_durable_when_write_returns(tmp_path):
             "sink.write(qdrant_table([('a.txt', i) for i in range(300)]))\nos._exit(0)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=Path(__file__).parents[2])
     assert len(points(tmp_path / "qd", "docs")) == 300
-    db = sqlite3.connect(tmp_path / "qd" / "collection" / "docs" / "storage.sqlite")
-    assert db.execute("pragma journal_mode").fetchone()[0] == "wal"
-    db.close()
+    assert (tmp_path / "qd" / "edge" / "docs" / "edge_config.json").is_file()
 
 
 def test_a_non_embedding_schema_is_refused(tmp_path):
@@ -507,27 +505,41 @@ def test_a_changed_file_that_now_fails_loses_its_old_points_and_is_then_a_known_
     assert (again.failed, again.failed_known, again.exit_code) == (1, 1, 0)
 
 
-def test_a_library_warning_during_a_run_is_one_gpucli_note(tree, tmp_path, monkeypatch):
-    """qdrant-client warns (with its file, line and source line) when an embedded collection grows
-    past its threshold; a run says so in one gpucli line instead (issue 41). The threshold is
-    lowered to 2 so that a few chunks are enough; the second run opens the collection past it."""
+def test_a_local_mode_collection_is_moved_to_qdrant_edge_with_one_note_and_its_warning_as_a_note(
+        tree, tmp_path, monkeypatch):
+    """A collection an earlier gpucli wrote with qdrant-client's local mode is moved into a Qdrant
+    Edge shard by the first run that opens it (issue 42): one note says so and where the old copy
+    is, which stays; its points are all there; the next run moves nothing. qdrant-client's own
+    warning when it opens a collection past its threshold (lowered to 2 here) is one gpucli line
+    too, never Python's report (issue 41)."""
     import warnings
 
+    from qdrant_client import QdrantClient, models
     from qdrant_client.local.qdrant_local import QdrantLocal
     from typer.testing import CliRunner
 
     from gpucli.app.cli import app
 
     monkeypatch.setattr(QdrantLocal, "LARGE_DATA_THRESHOLD", 2)
+    old = QdrantClient(path=str(tmp_path / "qd"))
+    old.create_collection("docs", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
+    old.upsert("docs", [models.PointStruct(id=point_id(f"old{i}.txt", 0), vector=[1.0, float(i)] + [0.0] * 382,
+                                           payload={"path": f"old{i}.txt", "chunk": 0}) for i in range(3)])
+    old.close()
     root = tree({f"n{i}.txt": f"note number {i} about the river" for i in range(4)})
     out = f"qdrant:{tmp_path / 'qd'}/docs"
-    for run in ("first", "again"):  # qdrant-client warns when it opens a collection past its threshold
+    for run in ("first", "again"):
         with warnings.catch_warnings(record=True) as escaped:
             warnings.simplefilter("always")
             result = CliRunner().invoke(app, ["embed", str(root), "--out", out, "--devices", "cpu", "--progress",
-                                              "off", "--full"])
+                                              "plain"])
         assert result.exit_code == 0, result.output
-        notes = [line for line in result.stderr.splitlines() if "embedded Qdrant collection" in line]
-        assert len(notes) == (run == "again") and all(line.startswith("gpucli: note: ") for line in notes), \
+        notes = [line for line in result.stderr.splitlines() if line.startswith("gpucli: note: ")]
+        said = " ".join(result.stderr.split())  # a note may wrap
+        assert said.count("moved 3 point(s)") == (run == "first") and ("local mode" in said) == (run == "first"), \
             result.stderr
+        assert len([line for line in notes if "embedded Qdrant collection" in line]) == (run == "first")
         assert "Warning" not in result.stderr and escaped == []
+    assert sorted(p.payload["path"] for p in points(tmp_path / "qd", "docs")) == \
+        ["n0.txt", "n1.txt", "n2.txt", "n3.txt", "old0.txt", "old1.txt", "old2.txt"]
+    assert (tmp_path / "qd" / "collection" / "docs" / "storage.sqlite").is_file()  # the old copy is the user's

@@ -247,9 +247,10 @@ def test_qdrant_missing_or_foreign_collection_is_a_usage_error(tmp_path):
 
 
 def test_a_library_warning_during_a_search_is_one_gpucli_note_on_stderr(tmp_path, fixed_query, monkeypatch):
-    """qdrant-client warns when it opens an embedded collection of over 20,000 points; the search
-    says so in one gpucli line, not Python's report of the warning (file, line, category, the
-    source line). The threshold is lowered to 2 so that 3 points are enough."""
+    """qdrant-client warns when it opens a local-mode collection of over 20,000 points (a search
+    opens one an earlier gpucli wrote, to move it to Qdrant Edge); the search says so in one
+    gpucli line, not Python's report of the warning (file, line, category, the source line),
+    then one line for the move. The threshold is lowered to 2 so that 3 points are enough."""
     from qdrant_client import QdrantClient, models
     from qdrant_client.local.qdrant_local import QdrantLocal
 
@@ -266,8 +267,9 @@ def test_a_library_warning_during_a_search_is_one_gpucli_note_on_stderr(tmp_path
     assert result.exit_code == 0, result.output
     assert result.stdout.split("\t")[1] == "f0"
     notes = [line for line in result.stderr.splitlines() if line.startswith("gpucli: note:")]
-    assert notes == ["gpucli: note: embedded Qdrant collection of 3 points (qdrant-client advises a Qdrant server "
-                     "above 2: qdrant://HOST:PORT/COLLECTION)"]
+    assert notes[0] == ("gpucli: note: embedded Qdrant collection of 3 points (qdrant-client advises a Qdrant server "
+                        "above 2: qdrant://HOST:PORT/COLLECTION)")
+    assert len(notes) == 2 and notes[1].startswith("gpucli: note: moved 3 point(s) of qdrant:")  # now on Qdrant Edge
     assert "Warning" not in result.stderr and escaped == []  # nothing left for Python to print
 
 

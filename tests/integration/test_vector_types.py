@@ -130,7 +130,7 @@ def test_json_lines_hold_each_type_and_search_finds_the_own_text(tree, tmp_path,
 
 
 def test_qdrant_gets_its_own_datatype_and_quantization_and_full_makes_the_collection_again(tree, tmp_path):
-    from qdrant_client import QdrantClient
+    from gpucli.output.sinks.qdrant.edge import EdgeClient
 
     storage = tmp_path / "q"
     for vector_type in ("float16", "int8"):
@@ -140,7 +140,7 @@ def test_qdrant_gets_its_own_datatype_and_quantization_and_full_makes_the_collec
     assert refused.exit_code == 2 and "--full" in refused.output
     assert embed(tree, f"qdrant:{storage}/int8", "--vector-type", "binary", "--full").exit_code == 0
     ranks_own_text_first(f"qdrant:{storage}/int8")
-    client = QdrantClient(path=str(storage))
+    client = EdgeClient(str(storage))
     try:
         half, binary = (client.get_collection(name).config for name in ("float16", "int8"))
     finally:

@@ -9,6 +9,7 @@ from typing import Any
 from gpucli.commands.search.hits import Hit, fused
 from gpucli.commands.search.stored import number
 from gpucli.core.errors import GpucliError, RunFailedError, UsageError
+from gpucli.core.notes import note
 from gpucli.output.sinks.qdrant import SPARSE_VECTOR, Connection, parse_target, vector_params
 
 
@@ -18,6 +19,8 @@ class QdrantIndex:
         self.display = self.target.display
         self.rows_scanned = None
         self.conn = Connection(self.target)
+        for moved in self.conn.notices:  # a collection an earlier gpucli wrote in local mode, now on Qdrant Edge
+            note(moved)
         try:
             self._describe()
         except BaseException:
@@ -37,8 +40,8 @@ class QdrantIndex:
         self.model = metadata.get("gpucli.model", "")
         self.query_prompt = metadata.get("gpucli.query_prompt")  # None: not recorded (older output)
         self.truncate_dims = number(metadata.get("gpucli.truncate_dims"))
-        # int8, binary (issue 30): Qdrant rescores; embedded mode searches exactly (and warns of the parameter)
-        self.search_params = None if self.target.local else search_params(metadata.get("gpucli.vector_type", ""))
+        # int8, binary (issue 30): Qdrant rescores with the originals, embedded (Qdrant Edge) too
+        self.search_params = search_params(metadata.get("gpucli.vector_type", ""))
         if not self.model:  # a collection made by hand or by an older server: ask a point
             points, _ = self.conn.call("reading a point", lambda: client.scroll(name, limit=1, with_payload=["model"]))
             self.model = (points[0].payload or {}).get("model", "") if points else ""

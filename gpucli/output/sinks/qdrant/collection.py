@@ -113,9 +113,9 @@ def create(conn: Connection, wanted: Wanted) -> None:
         # a server older than collection metadata (1.16): the points' `model` payload suffices
         conn.call("creating the collection", lambda: client.create_collection(
             name, vectors_config=vectors, sparse_vectors_config=sparse))
-    if not conn.target.local:  # a keyword index on path keeps the stale-chunk and prune deletes cheap
-        conn.call("indexing path", lambda: client.create_payload_index(
-            name, "path", models.PayloadSchemaType.KEYWORD, wait=True))
+    # a keyword index on path keeps the stale-chunk and prune deletes cheap (embedded mode too: Qdrant Edge)
+    conn.call("indexing path", lambda: client.create_payload_index(
+        name, "path", models.PayloadSchemaType.KEYWORD, wait=True))
 
 
 def vector_params(info: Any, display: str) -> tuple[int, str]:

@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from gpucli.core.errors import GpucliError, LockedError, OutputError, RunFailedError, UsageError, os_error, sqlite_error
+from gpucli.core.errors import (
+    RERUN_HINT,
+    GpucliError,
+    LockedError,
+    OutputError,
+    RunFailedError,
+    UsageError,
+    os_error,
+    sqlite_error,
+)
 from gpucli.output.sinks.qdrant.target import API_KEY_ENV, Target
 
 T = TypeVar("T")
@@ -61,31 +70,32 @@ class Retry:
 
 
 class Connection:
-    """A sync QdrantClient plus the retry policy; shared by the sink and `gpucli search`.
-
-    Calls are made one at a time (the writer awaits each), possibly from different threads
-    of asyncio's pool: hence `force_disable_check_same_thread` for the embedded SQLite.
-    """
+    """A sync QdrantClient (a server) or an EdgeClient (embedded: edge.py) plus the retry
+    policy; shared by the sink and `gpucli search`. Calls are made one at a time (the writer
+    awaits each), possibly from different threads of asyncio's pool."""
 
     def __init__(self, target: Target, retry: Retry | None = None) -> None:
         self.target = target
         self.retry = retry or Retry.from_env()
+        self.notices: list[str] = []  # for the user: a collection moved from local mode (embedded)
         self.client = self._connect()
 
     def _connect(self) -> Any:
         return self._open_embedded() if self.target.local else self._open_server()
 
     def _open_embedded(self) -> Any:
-        from qdrant_client import QdrantClient
+        """Qdrant Edge in this process (edge.py); a collection an earlier gpucli left in qdrant-client's
+        local mode is moved into it first (local_mode.py), with a notice."""
+        from gpucli.output.sinks.qdrant.edge import EdgeClient
+        from gpucli.output.sinks.qdrant.local_mode import move_to_edge
 
+        moved = self._call_embedded("moving the local-mode collection", lambda: move_to_edge(self.target))
+        if moved:
+            self.notices.append(moved)
         try:
-            return QdrantClient(path=self.target.path, force_disable_check_same_thread=True)
-        except RuntimeError as exc:
-            if "already accessed" in str(exc):
-                raise LockedError(f"{self.target.display}: the embedded Qdrant storage {self.target.path} is "
-                                  "in use by another process or client (embedded mode allows one at a time; "
-                                  "use a Qdrant server for concurrent access)") from None
-            raise GpucliError(f"{self.target.display}: cannot open the embedded storage: {exc}") from None
+            return self._call_embedded("opening the storage", lambda: EdgeClient(self.target.path))
+        except LockedError as exc:
+            raise LockedError(f"{self.target.display}: {exc}") from None
 
     def _open_server(self) -> Any:
         import warnings
@@ -111,7 +121,7 @@ class Connection:
         except OSError as exc:  # the storage's files: a full disk, a read-only one, named (exit 3)
             raise os_error(exc, self.target.path) from None
         except Exception as exc:  # noqa: BLE001 - embedded errors are final; name the output
-            stored = _storage_error(exc, self.target)
+            stored = _storage_error(exc, self.target) or _edge_error(exc, self.target)
             if stored is not None:
                 raise stored from None
             raise GpucliError(f"{self.target.display}: {what} failed: {_describe(exc)}") from None
@@ -203,11 +213,27 @@ def _describe(exc: BaseException) -> str:
 
 
 def _storage_error(exc: Exception, target: Target) -> OutputError | None:
-    """Embedded mode keeps a collection's points in SQLite: a file system that is full, read-only
-    or failing is the output side failing (OutputError: exit 3, the path named, a rerun resumes),
-    not one batch's upsert; None for any other error."""
+    """Local mode (read once, to move a collection to Edge: local_mode.py) keeps points in SQLite:
+    a file system that is full, read-only or failing is the output side failing (OutputError:
+    exit 3, the path named, a rerun resumes), not one batch's upsert; None for any other error."""
     import sqlite3
 
     if not isinstance(exc, sqlite3.Error):
         return None
     return sqlite_error(exc, os.path.join(target.path, "collection", target.collection, "storage.sqlite"))
+
+
+def _edge_error(exc: Exception, target: Target) -> OutputError | None:
+    """Qdrant Edge reports a failing file system in its message (`No space left on device (os
+    error 28)`): the output side failing, as an OutputError (exit 3, the path named, a rerun
+    resumes); None for any other error."""
+    import errno as errnos
+    import re
+
+    found = re.search(r"\(os error (\d+)\)", str(exc))
+    if found is None:
+        return None
+    number = int(found.group(1))
+    name = errnos.errorcode.get(number, "")
+    return OutputError(os.path.join(target.path, "edge", target.collection),
+                       f"{os.strerror(number)}" + (f" [{name}]" if name else ""), RERUN_HINT)

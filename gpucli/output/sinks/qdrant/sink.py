@@ -8,15 +8,16 @@ the server's acknowledgement (`wait=True`): `write` returns only once its points
 All rows live in one place (the collection), so `write` names it as the location: a redone
 file is upserted in place (never stale), a pruned file's points are deleted by `supersede`.
 
-Server and embedded mode differ in three places only: where the state lives (state_dir.py),
-how calls fail and are retried (connection.py), and how writes are made durable (embedded
-mode syncs its SQLite once per write, embedded.py; a server acknowledges each call).
+Server and embedded mode differ in four places only: where the state lives (state_dir.py),
+how calls fail and are retried (connection.py), how writes are made durable (embedded mode
+flushes its Qdrant Edge shard once per write, edge.py; a server acknowledges each call), and
+when the HNSW index is built (embedded: once, when a run that wrote closes; a server: itself).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import gpucli.output.sinks.qdrant.collection as collection
 import gpucli.output.sinks.qdrant.deletes as deletes
@@ -24,7 +25,6 @@ import gpucli.output.sinks.qdrant.state_dir as places
 from gpucli.output.sinks.base import Sink
 from gpucli.output.sinks.qdrant.collection import Mismatch, Wanted
 from gpucli.output.sinks.qdrant.connection import Connection
-from gpucli.output.sinks.qdrant.embedded import checkpoint, group_commits
 from gpucli.output.sinks.qdrant.points import Points, chunk_counts, upsert
 from gpucli.output.sinks.qdrant.target import is_qdrant, parse_target
 
@@ -32,7 +32,7 @@ from gpucli.output.sinks.qdrant.target import is_qdrant, parse_target
 class QdrantSink(Sink):
     name = "qdrant"
     help = ("qdrant://HOST:PORT/COLLECTION (server; qdrants:// for TLS; key from QDRANT_API_KEY) or "
-            "qdrant:PATH/COLLECTION (embedded, small collections)")
+            "qdrant:PATH/COLLECTION (embedded: Qdrant Edge in this process)")
 
     takes_state_dir: ClassVar[bool] = True  # open_sink passes --state-dir (server mode uses it)
 
@@ -44,7 +44,7 @@ class QdrantSink(Sink):
         self.conn: Connection | None = None
         self.wanted = Wanted(dims=0)  # what this run writes: known once `open` has the schema
         self.mismatch = Mismatch()  # what `reset` must repair before the first write
-        self._db: Any = None  # embedded mode's SQLite with group commits (embedded.py), else None
+        self._unindexed = False  # embedded: points were written since the shard's indexes were built
 
     @classmethod
     def accepts(cls, target: str) -> bool:
@@ -81,7 +81,7 @@ class QdrantSink(Sink):
                 self.mismatch = collection.check_existing(conn, self.wanted)
             else:
                 collection.create(conn, self.wanted)
-            self._group_commits()
+            self.notices.extend(conn.notices)  # a collection moved from qdrant-client's local mode
         except BaseException:
             self.close()  # the pipeline calls close only after a successful open; free the storage lock
             raise
@@ -98,8 +98,12 @@ class QdrantSink(Sink):
                                 "gpucli now keeps it per user, server and collection, whatever directory it runs "
                                 "from (--state-dir chooses another place)")
 
-    def _group_commits(self) -> None:
-        self._db = group_commits(self.conn.client, self.parsed.collection) if self.parsed.local else None
+    def _durable(self) -> None:
+        """Embedded: everything written so far is on disk once this returns (a server acknowledged
+        each call already)."""
+        if self.parsed.local:
+            name = self.parsed.collection
+            self.conn.call("syncing the storage", lambda: self.conn.client.flush(name))
 
     # --- write: upsert, then drop chunks a shorter new version no longer has -------------------
     def write(self, table) -> str:
@@ -108,7 +112,8 @@ class QdrantSink(Sink):
             raise refusal
         upsert(self.conn, Points.of(table, self.wanted, with_text=self.parsed.text))
         deletes.remove_stale(self.conn, chunk_counts(table))
-        checkpoint(self._db, self.display)
+        self._durable()
+        self._unindexed = True
         return self.parsed.collection
 
     # --- incremental runs (state.py) ------------------------------------------------------------
@@ -123,16 +128,14 @@ class QdrantSink(Sink):
             self.conn.call("updating the collection",
                            lambda: client.update_collection(name, metadata=self.wanted.metadata))
         self.mismatch = Mismatch()
-        checkpoint(self._db, self.display)
+        self._durable()
 
     def _recreate(self) -> None:
         """--full on a collection made without --sparse or for another vector type: Qdrant changes
         no vectors of an existing collection, so the (now empty) collection is made again."""
         name, client = self.parsed.collection, self.conn.client
-        self._db = None
         self.conn.call("recreating the collection", lambda: client.delete_collection(name))
         collection.create(self.conn, self.wanted)
-        self._group_commits()
         self.notices.append(f"made {self.display} again, with {self.mismatch.rebuilt_with(self.wanted)}: a Qdrant "
                             "collection's vectors are fixed when it is created")
 
@@ -141,10 +144,18 @@ class QdrantSink(Sink):
         same location and never listed here; a pruned one is. Idempotent."""
         paths = sorted(set().union(*stale.values())) if stale else []
         deletes.delete_inputs(self.conn, paths)  # files by path, a table's records by path and id
-        checkpoint(self._db, self.display)
+        self._durable()
 
     def close(self) -> None:
-        if self.conn is not None:
-            self._db = None
+        """Embedded, after a run that wrote: build the indexes once, for everything this run
+        wrote (Qdrant Edge builds none on its own), then release the storage."""
+        if self.conn is None:
+            return
+        try:
+            if self.parsed.local and self._unindexed:
+                name = self.parsed.collection
+                self.conn.call("indexing the collection", lambda: self.conn.client.optimize(name))
+                self._unindexed = False
+        finally:
             self.conn.close()
             self.conn = None
