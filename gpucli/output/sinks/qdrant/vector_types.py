@@ -9,9 +9,8 @@ gpucli sends (a Qdrant output's rows keep float32: gpucli/core/vectors.py).
   every cosine.
 - `binary`: binary quantization (`BinaryQuantization`), originals on disk, rescored by Qdrant.
 
-Embedded (local) mode accepts these settings and reports them back, but applies none: it keeps
-float32 vectors in memory and scores them exactly. A collection keeps the settings it was made
-with; `--full` makes it again with the new ones.
+Embedded mode (Qdrant Edge) applies them as a server does. A collection keeps the settings it
+was made with; `--full` makes it again with the new ones.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ OVERSAMPLING = {"int8": 2.0, "binary": 3.0}  # candidates from the quantized vec
 def search_params(vector_type: str) -> Any:
     """`gpucli search` over a quantized collection: rescore with the original vectors, taking
     OVERSAMPLING times the hits asked from the quantized ones (Qdrant's advice for binary: 2-3x);
-    None for other types. Embedded mode accepts and ignores it."""
+    None for other types. Qdrant Edge (embedded) rescores too."""
     if vector_type not in OVERSAMPLING:
         return None
     from qdrant_client import models
