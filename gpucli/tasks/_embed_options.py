@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpucli.core.vectors import VECTOR_TYPES
+from gpucli.inputs.extract.ocr import OCR_MODES
 from gpucli.models.backends import BACKENDS, QUANTIZATIONS
 
 SPARSE_KINDS = ("", "bm25")  # --sparse (issue 30)
@@ -39,6 +40,13 @@ class EmbedOptions:
     extract_timeout: float = field(default=120.0, metadata={
         "help": "Seconds one document (PDF, DOCX, HTML...) may take to extract; a slower one becomes a failure "
                 "record and the run goes on.", "flag": "--extract-timeout", "fingerprint": False})
+    # --- OCR (issue 43, docs/ocr.md). "unless-default": an output made before OCR existed stays incremental, and
+    # its scans, failures until now, are read by its next run; on or off is a setting of the output ------------
+    ocr: str = field(default="auto", metadata={
+        "help": "OCR (on the CPU, in the reader): auto reads PDF pages without a text layer (scans) by OCR; on "
+                "also reads image files (.png, .jpg, .tif...) as text; off reads text layers only (a scan is a "
+                "failure record). A page with a text layer is never OCR'd. Needs pip install 'gpucli[ocr]'.",
+        "flag": "--ocr", "fingerprint": "unless-default"})
     # --- end documents ---------------------------------------------------------------------------------------
     # --- the vectors users ask for (issue 30). "unless-default": in the fingerprint only when given, so that an
     # output made before these options existed (at their defaults) stays incremental -----------------------------
@@ -82,6 +90,8 @@ class EmbedOptions:
             raise ValueError("--quantize must be int8 or empty")
         if self.chunk_tokens < 0 or self.chunk_overlap < 0:
             raise ValueError("--chunk-tokens and --chunk-overlap must be 0 or positive")
+        if self.ocr not in OCR_MODES:
+            raise ValueError(f"--ocr must be one of {', '.join(OCR_MODES)}")
         if not self.extract_timeout > 0:
             raise ValueError("--extract-timeout must be above 0 seconds")
         if self.dims < 0:

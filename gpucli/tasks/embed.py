@@ -8,20 +8,23 @@ model's sentence-transformers modules say (`_st_modules`): the vectors equal
 `SentenceTransformer(dir).encode_document(texts)`.
 
 `gpucli embed` with an image-text model (CLIP, SigLIP) runs ImageTextTask (tasks/_image_text.py)
-instead: `EmbedTask.variant` picks it by what the model's directory holds.
+instead: `EmbedTask.variant` picks it by what the model's directory holds. With `--ocr on` a text
+encoder reads image files as text (EmbedTask.OcrImages below; docs/ocr.md); every row says in `ocr`
+whether its text came from OCR.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from gpucli.core.errors import InputError, UsageError
-from gpucli.core.records import Item, Items, Ragged, Source
+from gpucli.core.records import Failure, Item, Items, Ragged, Source
 from gpucli.inputs.extract import extractor_versions
+from gpucli.inputs.extract import ocr as ocr_engine
 from gpucli.models.backends import export_notices, quantize_info
 from gpucli.models.backends.choice import Host, choose_backend
 from gpucli.models.backends.onnx_export import FUSED_MODEL_TYPES, text_encoder_cached
@@ -29,10 +32,11 @@ from gpucli.models.hub import ResolvedModel, check_package, hub_info, package_mo
 from gpucli.models.model_kind import require_kind
 from gpucli.tasks._dims import dims_info, truncated
 from gpucli.tasks._documents import Documents
-from gpucli.tasks._embed_base import EmbedBase
+from gpucli.tasks._embed_base import DOCUMENT_WEIGHT, EmbedBase
 from gpucli.tasks._embed_models import MINILM_DIST, MODELS, alias
 from gpucli.tasks._embed_options import EmbedOptions
 from gpucli.tasks._image_text_config import image_text_dir
+from gpucli.tasks._ocr_documents import ocr_flags
 from gpucli.tasks._spans import ends_from_text
 from gpucli.tasks._sparse import DESCRIPTION as SPARSE_DESCRIPTION
 from gpucli.tasks._sparse import Terms
@@ -58,6 +62,8 @@ from gpucli.tasks.base import Task, TaskSpec
 class EmbedTask(EmbedBase):
     """`gpucli embed` with a text encoder: see the module docstring."""
 
+    OcrImages: ClassVar[type[EmbedTask]]  # --ocr on's variant: images are inputs too (set below the class)
+
     def reader_processes(self, cores: int, devices: list[str]) -> int:
         return reader_processes(self.layer_weights, cores, devices)  # tasks/_text_policy.py says why
 
@@ -69,10 +75,10 @@ class EmbedTask(EmbedBase):
         """ImageTextTask (tasks/_image_text.py) for an image-text model (CLIP, SigLIP): it embeds
         images too, into the text tower's vector space; this task for a text encoder. Without
         `download` (`--dry-run`) a Hub id not in the cache is taken for a text model."""
-        if cls is not EmbedTask or alias(spec.model) is not None:  # an alias: no lookup at all
+        if cls is not EmbedTask:
             return cls
-        if not image_text_dir(spec.model, spec.revision, download):
-            return cls
+        if alias(spec.model) is not None or not image_text_dir(spec.model, spec.revision, download):  # alias: no lookup
+            return cls.OcrImages if spec.options.get("ocr") == "on" else cls  # --ocr on: images are texts too
         # imported only for an image-text model: a text model's readers and workers start ~20 ms sooner without it
         from gpucli.tasks._image_text import ImageTextTask
 
@@ -109,7 +115,9 @@ class EmbedTask(EmbedBase):
         if not self._in_worker:
             self.notices = export_notices(self.runtime, lambda: text_encoder_cached(self.path, self.options.quantize))
         self.pad_id = int(config.get("pad_token_id") or 0)
-        self.documents = Documents(self.options.extract_timeout)  # documents (issue 26)
+        self.documents = Documents(self.options.extract_timeout, self.options.ocr)  # documents (issue 26), OCR (43)
+        if self.options.ocr == "on" and ocr_engine.missing():
+            raise UsageError(f"--ocr on: {ocr_engine.missing()}")
         self.unknown = Unknown.of(self.tokenizer, self.spec.model)
         self.terms = Terms(self.tokenizer) if self.options.sparse else None  # --sparse bm25 (issue 30, _sparse.py)
         hidden = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
@@ -137,7 +145,7 @@ class EmbedTask(EmbedBase):
                 "gpucli.max_tokens": str(self.max_tokens), **self.stored.info(),  # --vector-type (issue 30)
                 **st_info(self.st, self.options.normalize, self.prompts), **hub_info(self.resolved),
                 "gpucli.runtime": self.runtime, **quantize_info(self.options.quantize),  # issues 14, 16
-                "gpucli.extractors": json.dumps(extractor_versions(), sort_keys=True),  # issue 26
+                "gpucli.extractors": json.dumps(self._extractors(), sort_keys=True),  # issues 26, 43
                 **dims_info(self.full_dims, self.dims),  # issue 30
                 **({"gpucli.sparse": SPARSE_DESCRIPTION} if self.options.sparse else {})}  # issue 30
 
@@ -147,7 +155,25 @@ class EmbedTask(EmbedBase):
         schema = pa.schema([("chunk", pa.int32()), ("page", pa.int32()), ("char_start", pa.int64()),
                             ("char_end", pa.int64()), ("text", pa.string()),
                             ("embedding", self.stored.field_type())])
-        return schema.append(pa.field("sparse", sparse_type())) if self.options.sparse else schema  # --sparse
+        schema = schema.append(pa.field("sparse", sparse_type())) if self.options.sparse else schema  # --sparse
+        if self.options.ocr == "off":  # issue 43: no row can come from OCR; the schema is as it was before OCR
+            return schema
+        return schema.append(pa.field("ocr", pa.bool_()))  # issue 43: the chunk's text came from OCR
+
+    def _extractors(self) -> dict[str, str]:
+        """The library and version per document format, and the OCR engine's unless --ocr off (issue 43)."""
+        versions = extractor_versions()
+        return versions if self.options.ocr == "off" else {**versions, "ocr": ocr_engine.version()}
+
+    def prepare_many(self, sources: list[Source], datas: list[bytes]) -> tuple[Items | None, list[Failure]]:
+        """EmbedBase's windows, each with its `ocr` flag: whether its page was read by OCR (issue 43)."""
+        try:
+            block, failures = super().prepare_many(sources, datas)
+        finally:
+            ocr_pages = self.documents.take_ocr_pages(sources)
+        if block is not None:
+            block.meta["ocr"] = ocr_flags(block.source_ids, block.meta["page"], ocr_pages)
+        return block, failures
 
     def prepare(self, source: Source, data: bytes) -> list[Item]:
         """One file's items, each payload the ids the model sees ([CLS] + prompt + window + [SEP]):
@@ -232,7 +258,32 @@ class EmbedTask(EmbedBase):
         if self.options.sparse:  # --sparse bm25 (issue 30): struct<indices, values> per row
             table = table.append_column("sparse", sparse_column(items.meta["sparse_indices"],
                                                                 items.meta["sparse_values"]))
+        if self.options.ocr != "off":  # issue 43: each window's flag, from prepare_many
+            flags = items.meta.get("ocr", np.zeros(len(items), dtype=bool))
+            table = table.append_column("ocr", pa.array(flags, pa.bool_()))
         return self.stored.tag(table), []  # int8: its calibration in the field's metadata (issue 30)
+
+
+class OcrImagesTask(EmbedTask):
+    """`gpucli embed --ocr on` with a text encoder: image files are inputs too, read as text by OCR
+    in the extraction children (tasks/_documents.py); each image is a document of one page (a TIFF,
+    one per frame). Kept as `EmbedTask.OcrImages`, not as a name of this module: the task registry
+    (tasks/__init__.py) takes every Task subclass named "embed" in this module for the task itself."""
+
+    suffixes = tuple(dict.fromkeys(EmbedTask.suffixes + ocr_engine.IMAGE_SUFFIXES))
+
+    @classmethod
+    def read_as(cls, path: str) -> str:
+        return "ocr" if path.lower().endswith(ocr_engine.IMAGE_SUFFIXES) else super().read_as(path)
+
+    def read_weight(self, path: str) -> int:
+        """An image to OCR counts as a document (DOCUMENT_WEIGHT files) in a read chunk."""
+        return DOCUMENT_WEIGHT if path.lower().endswith(ocr_engine.IMAGE_SUFFIXES) else super().read_weight(path)
+
+
+OcrImagesTask.__qualname__ = "EmbedTask.OcrImages"  # pickled by reference, found where it is kept
+EmbedTask.OcrImages = OcrImagesTask
+del OcrImagesTask
 
 
 def _prompt_length(st: Any, options: EmbedOptions) -> int:

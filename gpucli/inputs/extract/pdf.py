@@ -1,5 +1,8 @@
 """PDF: the text layer, page by page, with pypdfium2 (PDFium; Apache-2.0/BSD, fast; PyMuPDF is
-AGPL and not allowed). No OCR: a scan without a text layer is refused, not guessed at.
+AGPL and not allowed). `extract_pdf` reads the text layer only: a scan without one is refused,
+not guessed at. OCR (gpucli/inputs/extract/ocr.py, docs/ocr.md) starts from `page_texts`, which
+says which pages have no text layer but something drawn on them, and renders those pages with
+`render_page`: a page with a text layer is never OCR'd.
 
 PDFium holds each page and text page in native memory until closed, so both are closed as
 soon as the page's text is read: memory stays bounded by the text (2,000 pages of 40 lines,
@@ -44,6 +47,49 @@ def extract_pdf(data: bytes) -> Document:
     if not any(text.strip() for text in texts):
         raise InputError(Stage.DECODE, NO_TEXT_LAYER if texts else "no pages in this PDF file")
     return paged(texts)
+
+
+def page_texts(data: bytes) -> list[str | None]:
+    """Each page's text layer; None for a page without one that has something drawn on it (an
+    image, shapes: a scan, or text drawn as outlines), which OCR may read; "" for a blank page."""
+    with _PDFIUM:
+        document = _open(data)
+        try:
+            return [_page_text_or_none(document, index) for index in range(len(document))]
+        finally:
+            document.close()
+
+
+def render_page(data: bytes, index: int, dpi: float, max_pixels: int):
+    """Page `index` (0-based) as a greyscale uint8 array, as a scanner at `dpi` would give it,
+    scaled down to at most `max_pixels` (a poster-sized page must not take gigabytes)."""
+    with _PDFIUM:
+        document = _open(data)
+        try:
+            page = document[index]
+            try:
+                width, height = page.get_size()  # points, 1/72 inch
+                scale = min(dpi / 72, (max_pixels / max(width * height, 1.0)) ** 0.5)
+                bitmap = page.render(scale=scale, grayscale=True)
+                pixels = bitmap.to_numpy()
+                pixels = (pixels[..., 0] if pixels.ndim == 3 else pixels).copy()  # the bitmap's memory is PDFium's
+                bitmap.close()
+                return pixels
+            finally:
+                page.close()
+        finally:
+            document.close()
+
+
+def _page_text_or_none(document: pdfium.PdfDocument, index: int) -> str | None:
+    text = _page_text(document, index)
+    if text.strip():
+        return text
+    page = document[index]
+    try:
+        return None if pdfium_c.FPDFPage_CountObjects(page.raw) > 0 else ""
+    finally:
+        page.close()
 
 
 def _open(data: bytes) -> pdfium.PdfDocument:
