@@ -11,8 +11,16 @@ recording's own time.
 Whisper decoding matches `BatchedInferencePipeline.transcribe(audio, beam_size=5,
 vad_filter=True)`: same decoder, VAD settings, chunking, prompt and search options.
 
-Its size (over 400 lines): one file per task holds its options, both decoders' resolution and
-Whisper's decoding set-up; audio decoding and VAD are tasks/_audio.py, funasr tasks/_funasr.py.
+Subtitles and word times (issue 43, docs/subtitles.md): `--subtitles srt|vtt` writes a file
+per recording from its merged row in `finish` (the parent), atomically, before its part is
+durable: a file may run ahead of the ledger, never behind it, and a recording read again loses
+its old file first, so one that now fails has none (the rules: tasks/_subtitles.py).
+`--word-timestamps` aligns words in the worker and maps them into the recording's time in the
+parent (tasks/_word_times.py); funasr models cannot, and say so (exit 2).
+
+Its size (over 400 lines): one file per task holds both decoders' resolution and Whisper's
+decoding set-up; options are tasks/_transcribe_options.py, audio decoding and VAD
+tasks/_audio.py, funasr tasks/_funasr.py.
 """
 
 from __future__ import annotations
@@ -20,14 +28,16 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Item, Source
 from gpucli.models.hub import COMMIT, ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
-from gpucli.tasks import _audio, _funasr
+from gpucli.tasks import _audio, _funasr, _subtitles, _word_times
+from gpucli.tasks._transcribe_options import TranscribeOptions
+from gpucli.tasks._whisper import WhisperRunner
 from gpucli.tasks.base import ModelEntry, Task
 
 WHISPER, FUNASR = "faster-whisper", "funasr"
@@ -181,42 +191,6 @@ def _modelscope_snapshot(model_id: str, revision: str) -> ResolvedModel:
     commit = Path(path).name if COMMIT.match(Path(path).name) else revision
     return ResolvedModel(path=str(path), repo_id=model_id, revision=commit, source=source)
 
-
-# --- options ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TranscribeOptions:
-    language: str = field(default="", metadata={
-        "help": "Spoken language code (en, zh, de, ...); empty = detect it (English-only models always use en).",
-        "flag": "--language"})
-    beam_size: int = field(default=5, metadata={
-        "help": "Beam width of Whisper's search (1 = greedy, fastest).", "flag": "--beam-size"})
-    vad: bool = field(default=True, metadata={
-        "help": "Transcribe only the speech Silero VAD finds (skips silence, where Whisper invents words).",
-        "flag": "--vad/--no-vad"})
-    max_chunk_s: int = field(default=30, metadata={
-        "help": "Longest piece of audio one model call sees, in seconds (Whisper: at most 30).",
-        "flag": "--max-chunk-s"})
-    compute_type: str = field(default="auto", metadata={
-        "help": "CTranslate2 compute type for Whisper: auto (int8 on CPU, float16 on CUDA, or --dtype when "
-                "given), int8, int8_float16, float16, bfloat16, float32.", "flag": "--compute-type"})
-    max_duration_s: float = field(default=4 * 3600, metadata={
-        "help": "Fail recordings longer than this many seconds (decoded audio takes 115 MB an hour).",
-        "flag": "--max-duration-s"})
-
-    def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError("--beam-size must be 1 or more")
-        if not 1 <= self.max_chunk_s <= 600:
-            raise ValueError("--max-chunk-s must be between 1 and 600 (Whisper models: at most 30)")
-        if self.max_duration_s < 0:
-            raise ValueError("--max-duration-s must be 0 (no limit) or positive")
-        types = ("auto", "default", "int8", "int8_float16", "int8_bfloat16", "int8_float32", "float16",
-                 "bfloat16", "float32")
-        if self.compute_type not in types:
-            raise ValueError(f"--compute-type must be one of {', '.join(types)}")
-
-
 # --- the task --------------------------------------------------------------------------------
 
 class TranscribeTask(Task):
@@ -252,14 +226,34 @@ class TranscribeTask(Task):
                 raise UsageError("Whisper models need faster-whisper: pip install faster-whisper")
             _check_language(self.options.language)
         else:
-            problem = _funasr.installed()
+            problem = _funasr.installed() or ("--word-timestamps needs a Whisper model: funasr models give no word "
+                                              "times here" if self.options.word_timestamps else None)
             if problem:
                 raise UsageError(problem)
+        self._place_subtitles()
         _, self.resolved = resolve_model(self.spec.model, self.revision)
         if self.resolved is not None:
             self.model_path = self.resolved.path
         if self.backend == FUNASR and Path(self.model_path).is_dir():
             _funasr.check_model_dir(self.model_path)
+
+    def beside_output(self, out: str) -> None:
+        """The run's --out, before `open` (engines/job.py): --subtitles go beside it by default."""
+        self.out = out
+
+    def _place_subtitles(self) -> None:
+        """The subtitle folder, made absolute in the spec too: reader processes and Ray actors
+        rebuild the task from it (and remove a re-read recording's old file, see `prepare`)."""
+        self.subtitle_files = None
+        if not self.options.subtitles:
+            return
+        if not self.options.subtitles_dir and not getattr(self, "out", ""):
+            raise UsageError("--subtitles: give --subtitles-dir DIR (this run did not say where its output is)")
+        folder = Path(self.options.subtitles_dir).absolute() if self.options.subtitles_dir else \
+            _subtitles.default_dir(self.out)
+        self.options = replace(self.options, subtitles_dir=str(folder))
+        self.spec = replace(self.spec, options={**self.spec.options, "subtitles_dir": str(folder)})
+        self.subtitle_files = _subtitles.SubtitleFiles(folder, self.options.subtitles)
 
     @property
     def revision(self) -> str:
@@ -277,28 +271,48 @@ class TranscribeTask(Task):
         import pyarrow as pa
 
         segment = pa.struct([("start", pa.float64()), ("end", pa.float64()), ("text", pa.string())])
+        words = [("words", _word_times.word_type())] if self.options.word_timestamps else []
         return pa.schema([("text", pa.string()), ("language", pa.string()), ("duration_s", pa.float64()),
-                          ("segments", pa.list_(segment))])
+                          ("segments", pa.list_(segment)), *words])
 
     def prepare(self, source: Source, data: bytes) -> list[Item]:
         """One item per speech chunk (int16 payload, at most `max_chunk_s` seconds); a file
-        without speech gets one empty item, so that it still ends as a row."""
+        without speech gets one empty item, so that it still ends as a row. A recording read
+        again loses its old subtitle file first (tasks/_subtitles.py)."""
+        if getattr(self, "subtitle_files", None) is not None:
+            self.subtitle_files.remove(source.path)
         pcm = _audio.decode(data, self.options.max_duration_s)
         duration = round(len(pcm) / _audio.SAMPLE_RATE, 3)
-        chunks = _audio.segment(pcm, self.options.vad, self.options.max_chunk_s)
+        if self.options.word_timestamps:  # each chunk's pieces, to map its words back (tasks/_word_times.py)
+            pairs = _word_times.segment_with_pieces(pcm, self.options.vad, self.options.max_chunk_s)
+        else:
+            pairs = [(c, None) for c in _audio.segment(pcm, self.options.vad, self.options.max_chunk_s)]
         del pcm
-        if not chunks:
-            return [Item(source.id, 0, _empty_pcm(), 1, {"start": 0.0, "end": 0.0, "duration_s": duration})]
+        words = self.options.word_timestamps
+        if not pairs:
+            return [Item(source.id, 0, _empty_pcm(), 1, {"start": 0.0, "end": 0.0, "duration_s": duration,
+                                                         **({"pieces": []} if words else {})})]
         return [Item(source.id, i, c.pcm, _audio.cost_seconds(c), {"start": c.start, "end": c.end,
-                                                                   "duration_s": duration})
-                for i, c in enumerate(chunks)]
+                                                                   "duration_s": duration,
+                                                                   **({"pieces": p} if words else {})})
+                for i, (c, p) in enumerate(pairs)]
 
     def row(self, item: Item, output: dict[str, Any]) -> dict[str, Any]:
-        return {**item.meta, "text": str(output["text"]), "language": output.get("language")}
+        row = {**item.meta, "text": str(output["text"]), "language": output.get("language")}
+        if self.options.word_timestamps:
+            row["words"] = _word_times.to_recording(output["words"], item.meta["pieces"], item.meta["start"],
+                                                    item.meta["end"])
+        return row
 
     def finish(self, source: Source, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One row per file: the chunks' texts joined, one segment per chunk with text."""
-        return [merge_rows(rows)]
+        """One row per file: the chunks' texts joined, one segment per chunk with text; its
+        subtitle file written from it (an error there fails the recording)."""
+        merged = merge_rows(rows)
+        if self.options.word_timestamps:
+            merged["words"] = _word_times.merged(rows)
+        if getattr(self, "subtitle_files", None) is not None:
+            self.subtitle_files.write(source.path, merged["segments"])
+        return [merged]
 
     # --- worker -----------------------------------------------------------------------------
     def setup(self, device: str) -> None:
@@ -310,10 +324,14 @@ class TranscribeTask(Task):
             path = resolved.path if resolved is not None else resolve_backend(self.spec.model)[1]
             self.runner = _funasr.FunasrBackend(path, device, threads, self.options.language)
         else:
-            self.runner = WhisperRunner(resolved.path, device, threads, self.options, self.spec.dtype)
+            kind, _, index = device.partition(":")
+            compute = _compute_type(self.options.compute_type, self.spec.dtype, "cuda" if kind == "cuda" else "cpu",
+                                    int(index or 0))
+            self.runner = WhisperRunner(resolved.path, device, threads, self.options, compute)
 
     def predict(self, payloads: list[Any]) -> list[dict[str, Any]]:
-        outputs: list[dict[str, Any]] = [{"text": "", "language": self.options.language or None}
+        outputs: list[dict[str, Any]] = [{"text": "", "language": self.options.language or None,
+                                          **({"words": []} if self.options.word_timestamps else {})}
                                          for _ in payloads]
         live = [i for i, p in enumerate(payloads) if len(p)]
         if live:
@@ -357,76 +375,6 @@ def _threads() -> int:
     from gpucli.models.devices import host_cores
 
     return host_cores()
-
-
-# --- faster-whisper --------------------------------------------------------------------------
-
-class WhisperRunner:
-    """faster-whisper's batched decoding, fed with chunks of many files: features for each
-    chunk, one encoder call for the batch, one batched beam search (no timestamps, no
-    temperature fallback, as `BatchedInferencePipeline` does)."""
-
-    def __init__(self, path: str, device: str, threads: int, options: TranscribeOptions, dtype: str) -> None:
-        from faster_whisper import WhisperModel
-
-        kind, _, index = device.partition(":")
-        kind = "cuda" if kind == "cuda" else "cpu"
-        self.options = options
-        self.model = WhisperModel(path, device=kind, device_index=int(index or 0),
-                                  compute_type=_compute_type(options.compute_type, dtype, kind, int(index or 0)),
-                                  cpu_threads=threads if kind == "cpu" else 0, local_files_only=True)
-        self.multilingual = self.model.model.is_multilingual
-        self._tokenizers: dict[str, Any] = {}
-
-    def tokenizer(self, language: str) -> Any:
-        if language not in self._tokenizers:
-            from faster_whisper.tokenizer import Tokenizer
-            from faster_whisper.transcribe import get_suppressed_tokens
-
-            tok = Tokenizer(self.model.hf_tokenizer, self.multilingual, task="transcribe", language=language)
-            prompt = self.model.get_prompt(tok, previous_tokens=[], without_timestamps=True)
-            self._tokenizers[language] = (tok, prompt, get_suppressed_tokens(tok, [-1]))
-        return self._tokenizers[language]
-
-    def predict(self, chunks: list[Any]) -> list[dict[str, Any]]:
-        import numpy as np
-        from faster_whisper.audio import pad_or_trim
-
-        extract = self.model.feature_extractor
-        features = np.stack([pad_or_trim(extract(c.astype(np.float32) / 32768.0)[..., :-1]) for c in chunks])
-        encoded = self.model.encode(features)
-        languages = self._languages(encoded, len(chunks))
-        prompts, suppress = [], None
-        for language in languages:
-            _, prompt, suppress = self.tokenizer(language)
-            prompts.append(list(prompt))
-        results = self.model.model.generate(
-            encoded, prompts, beam_size=self.options.beam_size, patience=1, length_penalty=1,
-            max_length=self.model.max_length, suppress_blank=True, suppress_tokens=suppress,
-            return_scores=True, return_no_speech_prob=True, sampling_temperature=0.0,
-            repetition_penalty=1, no_repeat_ngram_size=0)
-        return [self._output(result, language) for result, language in zip(results, languages)]
-
-    def _languages(self, encoded: Any, count: int) -> list[str]:
-        if not self.multilingual:
-            return ["en"] * count
-        if self.options.language:
-            return [self.options.language] * count
-        detected = self.model.model.detect_language(encoded)
-        return [langs[0][0][2:-2] for langs in detected]
-
-    def _output(self, result: Any, language: str) -> dict[str, Any]:
-        tok = self.tokenizer(language)[0]
-        tokens = result.sequences_ids[0]
-        text = tok.decode(tokens)
-        if not self.options.vad and _is_silence(result, len(tokens)):
-            text = ""  # without VAD, Whisper's own no-speech rule keeps invented words out
-        return {"text": text, "language": language}
-
-
-def _is_silence(result: Any, length: int) -> bool:
-    avg_logprob = result.scores[0] * length / (length + 1)
-    return result.no_speech_prob > 0.6 and avg_logprob < -1.0
 
 
 def _compute_type(option: str, dtype: str, kind: str, index: int) -> str:
