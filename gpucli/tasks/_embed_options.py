@@ -40,12 +40,13 @@ class EmbedOptions:
     extract_timeout: float = field(default=120.0, metadata={
         "help": "Seconds one document (PDF, DOCX, HTML...) may take to extract; a slower one becomes a failure "
                 "record and the run goes on.", "flag": "--extract-timeout", "fingerprint": False})
-    # --- OCR (issue 43, docs/ocr.md). "unless-default": an output made before OCR existed stays incremental, and
-    # its scans, failures until now, are read by its next run; on or off is a setting of the output ------------
-    ocr: str = field(default="auto", metadata={
+    # --- OCR (issue 43, docs/ocr.md). Off by default: an output keeps the columns and the settings it had
+    # before OCR existed; "unless-default": auto or on is a setting of the output ------------------------------
+    ocr: str = field(default="off", metadata={
         "help": "OCR (on the CPU, in the reader): auto reads PDF pages without a text layer (scans) by OCR; on "
                 "also reads image files (.png, .jpg, .tif...) as text; off reads text layers only (a scan is a "
-                "failure record). A page with a text layer is never OCR'd. Needs pip install 'gpucli[ocr]'.",
+                "failure record that says so). A page with a text layer is never OCR'd. Rows get an `ocr` "
+                "column unless off. Needs pip install 'gpucli[ocr]'.",
         "flag": "--ocr", "fingerprint": "unless-default"})
     # --- end documents ---------------------------------------------------------------------------------------
     # --- the vectors users ask for (issue 30). "unless-default": in the fingerprint only when given, so that an

@@ -149,10 +149,10 @@ def rows(out: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def default_run(tree):
     out = tree / "out.parquet"
-    return out, *embed(str(tree / "docs"), "--out", str(out))
+    return out, *embed(str(tree / "docs"), "--out", str(out), "--ocr", "auto")
 
 
-def test_scanned_pages_are_read_by_ocr_by_default_with_their_page_and_ocr_true(default_run):
+def test_with_ocr_auto_scanned_pages_are_read_by_ocr_with_their_page_and_ocr_true(default_run):
     out, result, summary = default_run
     assert result.exit_code == 1, result.stderr  # blank.pdf
     assert summary["inputs"] == 4  # scan, mixed, blank, note: an image is no input without --ocr on
@@ -193,7 +193,7 @@ def test_ocr_off_keeps_a_scan_a_failure_record(tree):
     (docs / "scan.pdf").write_bytes((tree / "docs" / "scan.pdf").read_bytes())
     result, summary = embed(str(docs), "--out", str(tree / "off.jsonl"), "--ocr", "off")
     assert result.exit_code == 1 and summary["failed"] == 1
-    assert failures(summary)["scan.pdf"]["error"] == "no text layer (a scanned PDF?); OCR is not done"
+    assert failures(summary)["scan.pdf"]["error"] == "no text layer (a scanned PDF?); OCR is off: --ocr auto reads such pages (pip install 'gpucli[ocr]')"
     (docs / "note.txt").write_text("A note.", encoding="utf-8")
     result, _ = embed(str(docs), "--out", str(tree / "off.parquet"), "--ocr", "off")
     assert "ocr" not in ds.dataset(str(tree / "off.parquet"), format="parquet").schema.names  # as before OCR

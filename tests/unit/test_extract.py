@@ -184,7 +184,7 @@ def test_a_scanned_pdf_without_a_text_layer_is_refused_not_ocred():
     pdf.rect(72, 72, 100, 100, fill=1)
     pdf.showPage()
     pdf.save()
-    assert refusal("pdf", buffer.getvalue()) == "no text layer (a scanned PDF?); OCR is not done"
+    assert refusal("pdf", buffer.getvalue()) == "no text layer (a scanned PDF?); OCR is off: --ocr auto reads such pages (pip install 'gpucli[ocr]')"
 
 
 # ---------------------------------------------------------------- zip containers

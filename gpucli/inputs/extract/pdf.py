@@ -32,7 +32,7 @@ _LOAD_ERRORS = {
 # PDFium joins a word hyphenated across a line end ("exam-" / "ple") into "exam\x02ple" and
 # drops the line break: removing the marker gives the word back ("example")
 GENERATED_HYPHEN = "\x02"
-NO_TEXT_LAYER = "no text layer (a scanned PDF?); OCR is not done"
+NO_TEXT_LAYER = "no text layer (a scanned PDF?); OCR is off: --ocr auto reads such pages (pip install 'gpucli[ocr]')"
 _PDFIUM = threading.Lock()
 
 
