@@ -1,4 +1,4 @@
-"""The commands beside the tasks': `models`, `search` and `inspect`, their options and help.
+"""The commands beside the tasks': `models`, `search`, `inspect` and `snapshot`, their options and help.
 
 Each parses its flags and hands the work to gpucli/commands/ (search, inspect) or the task
 registry (models), imported when the command runs: `gpucli --help` imports none of it.
@@ -34,14 +34,24 @@ INSPECT_HELP = ("Describe a gpucli output: task, model, rows, inputs done, failu
                 "Reads only: the ledger is opened read-only and the run lock is not taken, so it works while a run "
                 "writes the output.")
 INSPECT_EXIT = "Exit codes: 0 done; 2 not a gpucli output (or unreadable); 3 internal error."
+SNAPSHOT_HELP = ("Pack an embedded Qdrant collection (qdrant:PATH/COLLECTION, a Qdrant Edge shard) as a Qdrant shard "
+                 "snapshot FILE, which a Qdrant server restores into a collection with the same vectors.\n\n"
+                 "\b\nExamples:\n  gpucli snapshot qdrant:./qdrant_data/docs docs.snapshot\n"
+                 "  gpucli snapshot qdrant:./qdrant_data/docs docs.snapshot --json\n\n"
+                 "It prints the server's calls that restore it (docs/qdrant.md). The collection is locked while it "
+                 "is packed: a run or a search that opens it meanwhile stops with exit 75.")
+SNAPSHOT_EXIT = ("Exit codes: 0 done; 2 bad usage or no such collection; 3 the file could not be written (disk full) "
+                 "or internal error; 75 the collection is in use.")
 
 
 def register(app: typer.Typer) -> None:
-    """`models`, `search` and `inspect` on the app, in the order `gpucli --help` lists them."""
+    """`models`, `search`, `inspect` and `snapshot` on the app, in the order `gpucli --help` lists them."""
     app.command(cls=PlainCommand)(models)
     app.command(cls=PlainCommand, help=escape(SEARCH_HELP), epilog=escape(SEARCH_EXIT))(search)
     app.command(name="inspect", cls=PlainCommand, help=escape(INSPECT_HELP), epilog=escape(INSPECT_EXIT))(
         inspect_command)
+    app.command(name="snapshot", cls=PlainCommand, help=escape(SNAPSHOT_HELP), epilog=escape(SNAPSHOT_EXIT))(
+        snapshot_command)
 
 
 def models(json_out: Annotated[bool, typer.Option("--json", help="One JSON object per model on stdout.")] = False,
@@ -120,3 +130,16 @@ def inspect_command(
         from gpucli.commands import inspect as inspecting  # the ledger and the sink: when it runs
 
         inspecting.render(inspecting.inspect_output(out), json_out)
+
+
+def snapshot_command(
+    collection: Annotated[str, typer.Argument(help="An embedded collection: qdrant:PATH/COLLECTION.",
+                                              show_default=False, metavar="COLLECTION")],
+    file: Annotated[str, typer.Argument(help="The snapshot file to write.", show_default=False, metavar="FILE")],
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """An embedded collection as a shard snapshot (help: SNAPSHOT_HELP)."""
+    with exit_codes():
+        from gpucli.commands import snapshot as snapshotting  # Qdrant Edge: when it runs
+
+        snapshotting.render(snapshotting.snapshot(collection, file), json_out)

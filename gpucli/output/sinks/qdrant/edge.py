@@ -178,6 +178,13 @@ class EdgeClient:
         room(self.storage, self.shard_dir(name), allocated(self.shard_dir(name)))
         return bool(self.shard(name).optimize())
 
+    def release(self, name: str) -> None:
+        """Flush and close the collection's shard, keeping the storage locked: its files are then
+        complete on disk and nobody writes them (`gpucli snapshot` packs them)."""
+        shard = self._shards.pop(name, None)
+        if shard is not None:
+            shard.close()
+
     def close(self) -> None:
         try:
             for shard in self._shards.values():
