@@ -98,6 +98,7 @@ class Job:
         with download_progress_hidden(self.config.quiet or self.config.progress == "off"):
             self.task_cls = self.task_cls.variant(self.spec)  # embed with an image-text model reads images too
             self.task = self.task_cls(self.spec)
+            self.task.beside_output(out)  # transcribe --subtitles (issue 43): its files beside --out
             self.task.open()
         self.spec = self.task.spec  # the backend the task resolved (issue 16): the workers run that, not auto
         quiet_parent_torch()

@@ -134,6 +134,10 @@ class Task:
         return []
 
     # --- parent side --------------------------------------------------------------------
+    def beside_output(self, out: str) -> None:
+        """Told the run's --out before `open`, in the parent: a task that writes files of its own
+        beside the output (transcribe --subtitles) places them from it. Nothing by default."""
+
     def open(self) -> None:
         """Load what the parent needs to cut items (a tokenizer, class names). Raise
         `UsageError` with a fix when the model cannot be found."""
