@@ -6,7 +6,6 @@ direct faster-whisper call's; a rerun after a change, a failure and a kill -9.""
 from __future__ import annotations
 
 import html
-import inspect
 import io
 import json
 import os
@@ -173,8 +172,6 @@ def test_an_output_made_without_subtitles_refuses_a_run_with_them(tmp_path):
         run_with("local", "transcribe", [root], out, {"subtitles": "srt", "subtitles_dir": str(tmp_path / "s")})
 
 
-@pytest.mark.skipif("beside_output" not in inspect.getsource(__import__("gpucli.engines.job").engines.job.Job.open),
-                    reason="engines/job.py does not yet call TranscribeTask.beside_output (issue 43)")
 def test_files_go_beside_the_output_by_default(tmp_path):
     root, out = tmp_path / "in", tmp_path / "calls.parquet"
     root.mkdir()
