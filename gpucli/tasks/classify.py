@@ -10,57 +10,33 @@ loads offline; their digest is checked at load), or any Hugging Face image-class
 model, by local directory or by id through the Hugging Face cache (downloaded on first use
 where the Hub is reachable: gpucli.models.hub). Heavy imports happen inside methods (`gpucli --help`
 imports this).
+
+Zero-shot: with --labels or --labels-file the run is ZeroShotTask's (tasks/_zero_shot.py), an
+image-text model scoring the labels given; options, rows and transport are shared
+(tasks/_classify_base.py).
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Item, Source
 from gpucli.models.hub import WEIGHT_SUFFIXES
 from gpucli.tasks._classifiers import Lite0Adapter, adapter_for, torch_dtype
-from gpucli.tasks._images import IMAGE_SUFFIXES, ShmBatch, ShmPool, read_batch, stack
-from gpucli.tasks._lite0 import (
-    LITE0,
-    LITE0_CODE,
-    LITE0_PIXELS,
-    lite0_available,
-    lite0_weights,
-)
-from gpucli.tasks.base import ModelEntry, Task, TaskSpec, per_core
+from gpucli.tasks._classify_base import ClassifyBase, ClassifyOptions, group_by_shape, output_row
+from gpucli.tasks._images import stack
+from gpucli.tasks._lite0 import LITE0, LITE0_CODE, LITE0_PIXELS, lite0_weights
+from gpucli.tasks.base import Task, TaskSpec, per_core
 
 if TYPE_CHECKING:
     import numpy as np
-    import pyarrow as pa
 
     from gpucli.models.backends.onnx_image import ImageGraph
 
-
-
-@dataclass(frozen=True)
-class ClassifyOptions:
-    top_k: int = field(
-        default=5,
-        metadata={"help": "How many labels, with their probabilities, each image gets.", "flag": "--top-k"},
-    )
-
-    backend: str = field(default="torch", metadata={
-        "help": "Inference runtime: torch; onnx (ONNX Runtime, the default EfficientNet-Lite0 only: the model is "
-                "exported once into ~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); "
-                "auto (onnx for it on a host without a GPU when the onnx extra is installed, else torch). "
-                "Decided once per output: a rerun keeps the output's own.", "flag": "--backend",
-        "default_help": "auto for a new output (on Ray with --devices cpu only; else torch); an existing output's own"})
-
-    def __post_init__(self) -> None:
-        if self.backend not in ("auto", "torch", "onnx"):
-            raise UsageError(f"--backend must be auto, torch or onnx, got {self.backend!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 1:
-            raise UsageError(f"--top-k must be a whole number of at least 1, got {self.top_k!r}")
-
+__all__ = ["LITE0", "ClassifyOptions", "ClassifyTask", "lite0_graph"]  # the options live in _classify_base (shared)
 
 REAL_MODEL_BYTES = 4_000_000  # weights (1M float32 values) from which a torch model gets a worker per CPU core
 
@@ -68,46 +44,25 @@ REAL_MODEL_BYTES = 4_000_000  # weights (1M float32 values) from which a torch m
 # --- the task ------------------------------------------------------------------------------
 
 
-class ClassifyTask(Task):
-    name: ClassVar[str] = "classify"
-    help: ClassVar[str] = (
-        "Label images with an image classifier: one row per image with its top-k labels, their "
-        "probabilities and class ids. The default model, EfficientNet-Lite0 trained on ImageNet-1k, "
-        "loads offline; --model also takes a Hugging Face image-classification id or directory."
-    )
-    examples: ClassVar[str] = (
-        "gpucli classify photos/ --out labels.parquet\n"
-        "gpucli classify photos/ --out labels.jsonl --top-k 3 --devices cuda:0,1\n"
-        "gpucli classify photos/ --model ./my-vit-finetune --out labels.parquet"
-    )
-    suffixes: ClassVar[tuple[str, ...]] = IMAGE_SUFFIXES
-    Options: ClassVar[type] = ClassifyOptions
-    default_model: ClassVar[str] = LITE0
-    cost_name: ClassVar[str] = "pixels"
-    default_batch_size: ClassVar[int] = 32
-    default_max_cost: ClassVar[int] = 32 * 224 * 224  # 32 images at 224x224; fewer at larger inputs
-    queue_items: ClassVar[int] = 256  # ~150 KB each at 224x224
-    read_chunk_files: ClassVar[int] = 16
+class ClassifyTask(ClassifyBase):
+    """`gpucli classify` with an image classifier's own classes; with --labels, `variant` hands
+    the run to the zero-shot task (tasks/_zero_shot.py)."""
 
     def __init__(self, spec: Any) -> None:
         super().__init__(spec)
         self._backend = adapter_for(spec.model, getattr(spec, "revision", ""))  # TaskSpec.revision: issue 14
         self._opened = False
         self._open_lock = threading.Lock()
-        self._shm = ShmPool()
 
     @classmethod
-    def models(cls) -> list[ModelEntry]:
-        return [
-            ModelEntry(
-                alias=LITE0,
-                task=cls.name,
-                backend="torch (efficientnet-lite-pytorch)",
-                description="EfficientNet-Lite0, ImageNet-1k (1000 classes), 224x224, 4.7M parameters",
-                resolve=lite0_weights,
-                available=lite0_available,
-            )
-        ]
+    def variant(cls, spec: TaskSpec, download: bool = True) -> type[Task]:
+        """ZeroShotTask when zero-shot labels are given (--labels, --labels-file): an image-text
+        model scores them (its open refuses any other model); this task otherwise."""
+        if cls is not ClassifyTask or (spec.options.get("labels") is None and spec.options.get("labels_file") is None):
+            return cls
+        from gpucli.tasks._zero_shot import ZeroShotTask  # imported only then: transformers' side of classify
+
+        return ZeroShotTask
 
     # --- parent side ---------------------------------------------------------------------
     def open(self) -> None:
@@ -158,29 +113,10 @@ class ClassifyTask(Task):
             **({"gpucli.runtime": "onnx"} if self.runtime == "onnx" else {}),
         }
 
-    def schema(self) -> pa.Schema:
-        import pyarrow as pa
-
-        return pa.schema(
-            [
-                pa.field("label", pa.string()),
-                pa.field("labels", pa.list_(pa.string())),
-                pa.field("scores", pa.list_(pa.float32())),
-                pa.field("class_ids", pa.list_(pa.int32())),
-            ]
-        )
-
     def prepare(self, source: Source, data: bytes) -> list[Item]:
         self.open()
         pixels = self._backend.prepare(data)
         return [Item(source_id=source.id, index=0, payload=pixels, cost=pixels.shape[0] * pixels.shape[1])]
-
-    def pack(self, payloads: list[Any]) -> ShmBatch:
-        return self._shm.pack(payloads)
-
-    def release(self, packed: Any) -> None:
-        if isinstance(packed, ShmBatch):
-            self._shm.release(packed)
 
     # --- worker side ---------------------------------------------------------------------
     def setup(self, device: str) -> None:
@@ -206,12 +142,9 @@ class ClassifyTask(Task):
         self._mul = torch.tensor([norm.scale / s for s in norm.std], device=self._device).view(1, 3, 1, 1)
         self._sub = torch.tensor([m / s for m, s in zip(norm.mean, norm.std)], device=self._device).view(1, 3, 1, 1)
 
-    def unpack(self, packed: Any) -> list[Any]:
-        return read_batch(packed) if isinstance(packed, ShmBatch) else list(packed)
-
     def predict(self, payloads: list[Any]) -> list[dict[str, Any]]:
         outputs: list[dict[str, Any] | None] = [None] * len(payloads)
-        for indices in _group_by_shape(payloads).values():
+        for indices in group_by_shape(payloads).values():
             for index, output in zip(indices, self._predict_same_shape([payloads[i] for i in indices])):
                 outputs[index] = output
         return outputs  # type: ignore[return-value]
@@ -229,8 +162,7 @@ class ClassifyTask(Task):
         return [self._output(s, i) for s, i in zip(scores.cpu().tolist(), ids.cpu().tolist())]
 
     def _output(self, scores: list[float], ids: list[int]) -> dict[str, Any]:
-        labels = [self._labels[i] if i < len(self._labels) else f"LABEL_{i}" for i in ids]
-        return {"label": labels[0], "labels": labels, "scores": scores, "class_ids": ids}
+        return output_row([self._labels[i] if i < len(self._labels) else f"LABEL_{i}" for i in ids], scores, ids)
 
 
 def lite0_graph() -> ImageGraph:
@@ -265,12 +197,3 @@ def weight_bytes(path: str) -> int:
         return target.stat().st_size
     return sum(f.stat().st_size for f in target.iterdir() if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES)) \
         if target.is_dir() else 0
-
-
-def _group_by_shape(arrays: list[Any]) -> dict[tuple[int, ...], list[int]]:
-    """Indices by array shape: every default model gives one shape, but a processor without
-    a centre crop may give several, and each shape is its own forward pass."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for index, array in enumerate(arrays):
-        groups.setdefault(tuple(array.shape), []).append(index)
-    return groups
