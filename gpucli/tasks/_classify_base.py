@@ -39,7 +39,7 @@ class ClassifyOptions:
     # settings hold, so another list is refused without --full however it was given (flag or file).
     labels: str | None = field(default=None, metadata={
         "help": "Zero-shot: score these labels instead of the model's own classes, comma-separated "
-                "(\"cat,dog,a receipt\") or a JSON array; needs an image-text --model (CLIP, SigLIP). "
+                "(\"cat,dog,receipt\") or a JSON array; needs an image-text --model (CLIP, SigLIP). "
                 "class_ids are the labels' places in this list.", "flag": "--labels",
         "default_help": "none: the model's own classes", "fingerprint": False})
     labels_file: str | None = field(default=None, metadata={
@@ -71,7 +71,7 @@ class ClassifyBase(Task):
         "gpucli classify photos/ --out labels.parquet\n"
         "gpucli classify photos/ --out labels.jsonl --top-k 3 --devices cuda:0,1\n"
         "gpucli classify photos/ --model ./my-vit-finetune --out labels.parquet\n"
-        "gpucli classify photos/ --model openai/clip-vit-base-patch32 --labels \"cat,dog,a receipt\""
+        "gpucli classify photos/ --model openai/clip-vit-base-patch32 --labels \"cat,dog,receipt\""
     )
     suffixes: ClassVar[tuple[str, ...]] = IMAGE_SUFFIXES
     Options: ClassVar[type] = ClassifyOptions
