@@ -42,7 +42,7 @@ ATOL = 1e-4
 
 
 # --- models and trees ---------------------------------------------------------------------------
-def save_tiny_siglip_64(path: Path) -> Path:
+def save_tiny_siglip_64(path: Path, *, sentencepiece: bool = False) -> Path:
     """The tiny SigLIP with a 64-position text tower (the pipeline's fixed max_length) and its
     logit_bias at 0, so that its sigmoid scores spread around 0.5 (at the random init's -10 they
     are all ~1e-5, and any atol would pass)."""
@@ -50,7 +50,7 @@ def save_tiny_siglip_64(path: Path) -> Path:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tiny, "SIGLIP_TEXT_POSITIONS", SIGLIP_POSITIONS)
-        save_tiny_siglip(path)
+        save_tiny_siglip(path, sentencepiece=sentencepiece)
     model = transformers.SiglipModel.from_pretrained(path)
     with torch.no_grad():
         model.logit_bias.zero_()
@@ -202,19 +202,28 @@ def test_siglip_rows_equal_the_zero_shot_pipeline(models, hub, tmp_path):
     assert any(abs(sum(r["scores"]) - 1) > 0.1 for r in rows.values())  # a sigmoid per label, not a softmax
 
 
-def test_the_task_on_a_local_directory_equals_the_pipeline(models):
-    """The task itself (parent and worker side in this process) on the CLIP's local directory."""
-    task = create_task(TaskSpec("classify", str(models["clip"]), {"labels": "dog,cat,coffee", "top_k": 2}))
+@pytest.fixture(scope="module")
+def siglip_spiece(tmp_path_factory) -> Path:
+    """The tiny SigLIP as the Hub's google/siglip-* repos ship their tokenizer: spiece.model only
+    (transformers' slow SiglipTokenizer, which returns no attention mask)."""
+    return save_tiny_siglip_64(tmp_path_factory.mktemp("siglip-spiece") / "model", sentencepiece=True)
+
+
+@pytest.mark.parametrize("which", ["clip", "siglip-spiece"])
+def test_the_task_on_a_local_directory_equals_the_pipeline(which, request):
+    """The task itself (parent and worker side in this process) on a local model directory."""
+    model = request.getfixturevalue("models")["clip"] if which == "clip" else request.getfixturevalue("siglip_spiece")
+    labels = ["dog", "Cat", "a cup of coffee, hot"]
+    task = create_task(TaskSpec("classify", str(model), {"labels": json.dumps(labels), "top_k": 2}))
     assert type(task).__name__ == "ZeroShotTask"
     task.open()
     task.setup("cpu")
-    paths = [SAMPLE / "images" / n for n in ("chelsea.png", "coffee.png")]
+    paths = [SAMPLE / "images" / n for n in ("chelsea.png", "coffee.png", "rocket.jpg")]
     payloads = [task.prepare(Source(i, p.name, str(p)), p.read_bytes())[0].payload for i, p in enumerate(paths)]
     got = task.predict(payloads)
-    pipe = transformers.pipeline("zero-shot-image-classification", model=str(models["clip"]), device="cpu")
+    pipe = transformers.pipeline("zero-shot-image-classification", model=str(model), device="cpu")
     for row, path in zip(got, paths):
-        want = pipe(open_like_gpucli(path), candidate_labels=["dog", "cat", "coffee"],
-                    hypothesis_template="a photo of a {}.")[:2]
+        want = pipe(open_like_gpucli(path), candidate_labels=labels, hypothesis_template="a photo of a {}.")[:2]
         assert row["labels"] == [w["label"] for w in want]
         np.testing.assert_allclose(row["scores"], [w["score"] for w in want], atol=ATOL, rtol=0)
 
