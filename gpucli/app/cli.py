@@ -119,7 +119,7 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
     quiet = bool(cli.get("quiet"))
     with sigterm_raises(), exit_codes():
         config = build_config(task_cls.name, task_cls.Options, cli, config_file, every_option=every_option_name)
-        check_model(task_cls, config.model)
+        check_model(task_cls, config.model, config.task_options)
         from gpucli.engines import run_engine  # the engine's modules: only once a run is sure to start
 
         try:
@@ -138,7 +138,7 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
     raise typer.Exit(summary.exit_code)
 
 
-def check_model(task_cls: type, model: str) -> None:
+def check_model(task_cls: type, model: str, options: dict[str, Any] | None = None) -> None:
     """Before any work: an alias of another task, or a model directory of the wrong kind, is a
     usage error that names the task it belongs to (each task's own loader would fail in its
     own words: `hf download minilm`, "no tokenizer.json"). Only a name that is neither a path
@@ -150,8 +150,14 @@ def check_model(task_cls: type, model: str) -> None:
         found = wrong_task_alias(task_cls.name, model, _aliases(list(all_tasks().values())))
         if found is not None:
             raise found
-    if os.path.isdir(model):
+    if os.path.isdir(model) and not zero_shot(task_cls, options or {}):
         require_kind(task_cls.name, model, model)
+
+
+def zero_shot(task_cls: type, options: dict[str, Any]) -> bool:
+    """classify --labels (issue 43): an image-text model is the one it takes, and the zero-shot
+    task says so itself when it is not (tasks/_zero_shot.py)."""
+    return task_cls.name == "classify" and any(options.get(k) is not None for k in ("labels", "labels_file"))
 
 
 def _aliases(tasks: list[type]) -> list[tuple[str, str]]:

@@ -88,9 +88,10 @@ def test_registered_with_the_contract_attributes():
     assert ClassifyOptions().top_k == 5
     import dataclasses
 
-    top_k, backend = dataclasses.fields(ClassifyOptions)
+    top_k, backend, *zero_shot = dataclasses.fields(ClassifyOptions)
     assert top_k.metadata["flag"] == "--top-k" and top_k.metadata["help"]
     assert backend.metadata["flag"] == "--backend" and ClassifyOptions().backend == "torch"
+    assert [f.metadata["flag"] for f in zero_shot] == ["--labels", "--labels-file", "--label-template"]  # issue 43
 
 
 @pytest.mark.parametrize("bad", [0, -1])

@@ -228,16 +228,12 @@ def test_the_task_on_a_local_directory_equals_the_pipeline(which, request):
         np.testing.assert_allclose(row["scores"], [w["score"] for w in want], atol=ATOL, rtol=0)
 
 
-@pytest.mark.xfail(strict=True, reason="app/cli.py check_model refuses an image-text directory for classify before "
-                                       "the task sees --labels (issue 43 report: the diff that lets it through)")
 def test_a_local_model_directory_through_the_cli(models, tmp_path):
     tree = make_tree(tmp_path / "tree", {"a.png": (SAMPLE / "images" / "coffee.png").read_bytes()})
     result = classify(tree, models["clip"], tmp_path / "out.parquet", "--labels", "cat,coffee")
     assert result.exit_code == 0, result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="models/model_kind.py's require_kind says 'gpucli has no task for it yet' of an "
-                                       "image-text model (issue 43 report: the diff that names --labels)")
 def test_classify_without_labels_on_an_image_text_directory_points_to_labels(models, tmp_path):
     tree = make_tree(tmp_path / "tree", {"a.png": (SAMPLE / "images" / "coffee.png").read_bytes()})
     result = classify(tree, models["clip"], tmp_path / "out.parquet")
