@@ -124,3 +124,45 @@ def test_snapshot_refuses_a_server_a_missing_collection_and_a_directory(collecti
     directory = runner.invoke(app, ["snapshot", out, str(tmp_path)])
     assert directory.exit_code == 2 and "is a directory" in directory.output
     assert not list(tmp_path.glob("*.partial")) and not (tmp_path / "s").exists()
+
+
+def test_an_index_build_stopped_by_ctrl_c_leaves_every_point_and_builds_next_time(tmp_path):
+    """The build runs in a child (Edge holds the GIL while it builds); Ctrl-C reaches it too and
+    ends it at once: the shard loads with every point, searchable, and the next build completes."""
+    import os
+
+    import numpy as np
+    import qdrant_edge as edge
+
+    from gpucli.output.sinks.qdrant.indexer import IndexingStopped, build_indexes
+
+    path = tmp_path / "shard"
+    config = edge.EdgeConfig(vectors=edge.EdgeVectorParams(size=32, distance=edge.Distance.Cosine),
+                             optimizers=edge.EdgeOptimizersConfig(indexing_threshold=1))
+    shard = edge.EdgeShard.create(str(path), config)
+    vectors = np.random.default_rng(0).standard_normal((40_000, 32)).astype("float32").tolist()
+    for start in range(0, 40_000, 4000):
+        shard.update(edge.UpdateOperation.upsert_points(
+            [edge.Point(i, vectors[i], {"n": i}) for i in range(start, start + 4000)]))
+    shard.close()
+    child = subprocess.Popen([sys.executable, "-m", "gpucli.output.sinks.qdrant.indexer", str(path)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # loaded and building (40k points take seconds here)
+    os.kill(child.pid, signal.SIGINT)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGINT or out.strip() in ("optimized", "optimal")  # a fast machine may finish
+    shard = edge.EdgeShard.load(str(path))
+    try:
+        assert shard.count(edge.CountRequest(exact=True)) == 40_000
+        assert len(shard.query(edge.QueryRequest(limit=5, query=edge.Query.Nearest(vectors[7])))) == 5
+    finally:
+        shard.close()
+    try:
+        build_indexes(path)
+    except IndexingStopped:
+        pytest.fail("nothing stopped this build")
+    shard = edge.EdgeShard.load(str(path))
+    try:
+        assert shard.info().indexed_vectors_count == 40_000 and shard.count(edge.CountRequest(exact=True)) == 40_000
+    finally:
+        shard.close()

@@ -15,6 +15,7 @@ The package, by role:
     edge.py        embedded mode: the calls gpucli makes of a QdrantClient, on a Qdrant Edge shard
     edge_models.py qdrant-client's models as Edge's types and back
     local_mode.py  a collection an earlier gpucli wrote in qdrant-client's local mode, moved to Edge
+    indexer.py     the shard's HNSW index built in a child process (Edge holds the GIL while it builds)
     snapshot.py    an Edge shard as a shard snapshot a Qdrant server restores
     collection.py  what a run needs of the collection: checking an existing one, creating one
     points.py      rows as points (deterministic ids, payloads, sparse vectors) and their upserts

@@ -173,10 +173,19 @@ class EdgeClient:
             self._shards[name].flush()
 
     def optimize(self, name: str) -> bool:
-        """Build the indexes (HNSW) of what was written since the last time: blocks until done.
-        The new segments are written beside the old ones before these go: room for a copy."""
+        """Build the indexes (HNSW) of what was written since the last time: blocks until done,
+        in a child process (indexer.py: Edge holds the GIL while it builds), the storage locked
+        meanwhile. The new segments are written beside the old ones before these go: room for
+        a copy. False when nothing changed, or a signal stopped the build (the index waits for
+        the next run that writes; the points are all there)."""
+        from gpucli.output.sinks.qdrant.indexer import IndexingStopped, build_indexes
+
         room(self.storage, self.shard_dir(name), allocated(self.shard_dir(name)))
-        return bool(self.shard(name).optimize())
+        self.release(name)
+        try:
+            return build_indexes(self.shard_dir(name))
+        except IndexingStopped:
+            return False
 
     def release(self, name: str) -> None:
         """Flush and close the collection's shard, keeping the storage locked: its files are then
