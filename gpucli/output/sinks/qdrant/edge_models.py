@@ -157,18 +157,19 @@ def edge_prefetch(prefetch: Any) -> Any:
                          filter=edge_filter(prefetch.filter))
 
 
-def edge_search_params(params: Any) -> Any:
-    """`models.SearchParams` with quantization rescoring (vector_types.search_params) as Edge's."""
+def edge_search_params(params: Any, hnsw_ef: int) -> Any:
+    """`models.SearchParams` with quantization rescoring (vector_types.search_params), or none, as
+    Edge's, with `hnsw_ef` candidates unless the params name their own."""
     import qdrant_edge as edge
 
     if params is None:
-        return None
+        return edge.SearchParams(hnsw_ef=hnsw_ef)
     quantization = None
     if params.quantization is not None:
         q = params.quantization
         quantization = edge.QuantizationSearchParams(ignore=bool(q.ignore), rescore=q.rescore,
                                                      oversampling=q.oversampling)
-    return edge.SearchParams(hnsw_ef=params.hnsw_ef, exact=bool(params.exact), quantization=quantization)
+    return edge.SearchParams(hnsw_ef=params.hnsw_ef or hnsw_ef, exact=bool(params.exact), quantization=quantization)
 
 
 def with_payload(value: Any) -> Any:
