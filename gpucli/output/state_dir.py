@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpucli.core.durable import fsync_dir
 from gpucli.core.errors import LedgerDamaged, LockedError, UsageError
 from gpucli.output.ledger import Ledger
 
@@ -197,10 +198,3 @@ def _os_message(exc: OSError) -> str:
     return f"{exc.strerror or exc} ({where})"
 
 
-def fsync_dir(path: Path) -> None:
-    """A rename or a new name in `path` made durable (every sink's atomic replace ends with it)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from gpucli.core.durable import fsync_dir
+
 FORMATS = ("srt", "vtt")
 PARTIAL = ".partial"  # a file being written: `.NAME.srt.partial`
 
@@ -76,7 +78,7 @@ class SubtitleFiles:
             file.flush()
             os.fsync(file.fileno())
         os.replace(partial, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         return target
 
     def remove(self, relpath: str) -> None:
@@ -87,12 +89,6 @@ class SubtitleFiles:
             pass  # no file to remove, or none could exist: a later write says what is wrong
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- composing -----------------------------------------------------------------------------------
