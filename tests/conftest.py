@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -34,6 +35,20 @@ from tests import fake_task  # noqa: E402
 from tests.helpers import write_tree  # noqa: E402
 
 os.environ[fake_task.PYTEST_PID] = str(os.getpid())  # where the fake task's CRASH and HANG must not run
+
+
+STOP_HANDLERS = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+@pytest.fixture(autouse=True)
+def stop_handlers_as_the_session_had_them():
+    """Each test starts with Ctrl-C's and SIGTERM's handlers as the session had them: tests of
+    the stop paths set them in this process, and so do libraries (ray.init installs its own
+    SIGTERM handler); one left behind made a later test's children ignore Ctrl-C (seen once on CI)."""
+    yield
+    for sig, handler in STOP_HANDLERS.items():
+        if signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
 
 
 @pytest.fixture(autouse=True)
