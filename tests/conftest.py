@@ -37,6 +37,9 @@ from tests.helpers import write_tree  # noqa: E402
 os.environ[fake_task.PYTEST_PID] = str(os.getpid())  # where the fake task's CRASH and HANG must not run
 
 
+# Python's own Ctrl-C handler, whatever started the suite: a shell's `cmd &` starts it with SIGINT
+# ignored, which Python then keeps, and the stop tests (and every child they start) would inherit it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 STOP_HANDLERS = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
