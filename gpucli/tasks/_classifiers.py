@@ -5,6 +5,7 @@ methods (`open`, `describe`, `prepare`, `load`, `logits`), so the task does not 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +156,21 @@ def _hf_config(model: str, path: str) -> Any:
             f"choose one that AutoModelForImageClassification loads, or {LITE0}"
         )
     return config
+
+
+class SharedProcessor:
+    """A model's image processor (hf_processor), loaded once however many reader threads ask for
+    it at the same moment (the image-text embed task and classify --labels hold one each)."""
+
+    def __init__(self) -> None:
+        self._value: Any = None
+        self._lock = threading.Lock()
+
+    def get(self, model: str, path: str) -> Any:
+        with self._lock:
+            if self._value is None:
+                self._value = hf_processor(model, path)
+            return self._value
 
 
 def hf_processor(model: str, path: str) -> Any:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 from typing import Any
 
 import numpy as np
@@ -45,7 +44,7 @@ from gpucli.core.records import Failure, Items, Source
 from gpucli.core.stages import Stage
 from gpucli.inputs.extract import extractor_versions
 from gpucli.models.hub import check_package, hub_info, resolve_model_dir
-from gpucli.tasks._classifiers import hf_processor
+from gpucli.tasks._classifiers import SharedProcessor
 from gpucli.tasks._dims import dims_info
 from gpucli.tasks._documents import Documents
 from gpucli.tasks._embed_base import EmbedBase
@@ -75,16 +74,12 @@ class ImageTextTask(EmbedBase):
     def __init__(self, spec: TaskSpec) -> None:
         super().__init__(spec)
         self._shm = ShmPool()
-        self._processor: Any = None
-        self._processor_lock = threading.Lock()  # reader threads ask for it at once
+        self._processor = SharedProcessor()
 
     @property
     def processor(self) -> Any:
         """The model's own image processor (on Pillow: gpucli.tasks._classifiers), loaded once."""
-        with self._processor_lock:
-            if self._processor is None:
-                self._processor = hf_processor(self.spec.model, self.path)
-            return self._processor
+        return self._processor.get(self.spec.model, self.path)
 
     def read_weight(self, path: str) -> int:
         if path.lower().endswith(IMAGE_SUFFIXES):

@@ -31,7 +31,7 @@ import numpy as np
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Item, Source
 from gpucli.models.hub import hub_info, resolve_model_dir
-from gpucli.tasks._classifiers import hf_processor
+from gpucli.tasks._classifiers import SharedProcessor
 from gpucli.tasks._classify_base import ClassifyBase, group_by_shape, output_row
 from gpucli.tasks._image_text_config import ImageTextConfig, is_image_text, processor_name, weight_bytes
 from gpucli.tasks._images import open_image, stack
@@ -59,8 +59,7 @@ class ZeroShotTask(ClassifyBase):
         self._in_worker = False
         self._opened = False
         self._open_lock = threading.Lock()  # reader threads open the task at once
-        self._processor: Any = None
-        self._processor_lock = threading.Lock()
+        self._processor = SharedProcessor()
 
     def cpu_workers(self, cores: int) -> int:
         self.open()
@@ -98,10 +97,7 @@ class ZeroShotTask(ClassifyBase):
     @property
     def processor(self) -> Any:
         """The model's own image processor (on Pillow: gpucli.tasks._classifiers), loaded once."""
-        with self._processor_lock:
-            if self._processor is None:
-                self._processor = hf_processor(self.spec.model, self.path)
-            return self._processor
+        return self._processor.get(self.spec.model, self.path)
 
     def info(self) -> dict[str, str]:
         self.open()
