@@ -1,3 +1,3 @@
 """gpucli: batch inference over file trees on GPUs (embed, classify, transcribe)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

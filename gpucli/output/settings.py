@@ -21,13 +21,22 @@ def output_schema(task: Task):
     return pa.schema([pa.field("path", pa.string())] + list(task.schema()) + list(input_fields()))
 
 
+MTIME_UNIT = "us"  # microseconds: what plain pyarrow's to_pylist (datetime), polars, DuckDB and pandas all read
+
+
 def input_fields():
     """Per-input columns, last so that outputs written before them keep their column order:
     the input's size in bytes, its modification time, and the content digest the ledger keeps
-    (to join rows with the tree, or find the rows of one file's version)."""
+    (to join rows with the tree, or find the rows of one file's version).
+
+    `mtime` is timestamp[us, tz=UTC]: a nanosecond timestamp made plain pyarrow's `to_pylist()`
+    raise "Nanosecond resolution temporal type ... Install pandas" (Python's datetime holds
+    microseconds), and pandas is not part of gpucli's install. Outputs made with nanoseconds
+    keep them (gpucli/output/sinks/parquet.py), and the ledger keeps every input's mtime in
+    nanoseconds for its own comparisons either way."""
     import pyarrow as pa
 
-    return [pa.field("size", pa.int64()), pa.field("mtime", pa.timestamp("ns", tz="UTC")),
+    return [pa.field("size", pa.int64()), pa.field("mtime", pa.timestamp(MTIME_UNIT, tz="UTC")),
             pa.field("digest", pa.string())]
 
 
@@ -39,7 +48,8 @@ def input_columns(sources: list[Source], rows: np.ndarray) -> list[Any]:
     size, mtime, digest = input_fields()
     positions = pa.array(rows)
     return [pa.array([s.size for s in sources], size.type).take(positions),
-            pa.array([s.mtime_ns for s in sources], mtime.type).take(positions),
+            pa.array([s.mtime_ns for s in sources], pa.timestamp("ns", tz="UTC")).cast(mtime.type, safe=False)
+            .take(positions),  # the stat's nanoseconds, truncated to the column's unit
             pa.array([s.digest for s in sources], digest.type).take(positions)]
 
 

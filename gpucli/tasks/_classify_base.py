@@ -29,8 +29,8 @@ class ClassifyOptions:
 
     backend: str = field(default="torch", metadata={
         "help": "Inference runtime: torch; onnx (ONNX Runtime, the default EfficientNet-Lite0 only: the model is "
-                "exported once into ~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); "
-                "auto (onnx for it on a host without a GPU when the onnx extra is installed, else torch). "
+                "exported once into ~/.cache/gpucli/onnx); "
+                "auto (onnx for it on a host without a GPU, else torch). "
                 "Decided once per output: a rerun keeps the output's own.", "flag": "--backend",
         "default_help": "auto for a new output (on Ray with --devices cpu only; else torch); an existing output's own"})
 

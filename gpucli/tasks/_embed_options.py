@@ -74,8 +74,8 @@ class EmbedOptions:
     # --- end the vectors users ask for ----------------------------------------------------------------------
     backend: str = field(default="torch", metadata={
         "help": "Inference runtime: torch; onnx (ONNX Runtime: the model is exported once into "
-                "~/.cache/gpucli/onnx; pip install 'gpucli[onnx]'); auto (onnx on a host without a GPU for a "
-                "BERT-type model when the onnx extra is installed, or with --quantize; else torch). "
+                "~/.cache/gpucli/onnx); auto (onnx on a host without a GPU for a "
+                "BERT-type model, or with --quantize; else torch). "
                 "Decided once per output: a rerun keeps the output's own.",
         "flag": "--backend", "default_help": "auto for a new output (on Ray with --devices cpu only; else torch); "
                                              "an existing output's own"})

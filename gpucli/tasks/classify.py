@@ -71,9 +71,13 @@ class ClassifyTask(ClassifyBase):
                 self._backend.open()
                 self._opened = True
                 from gpucli.models.backends import export_notices
+                from gpucli.models.backends.choice import Host, fallback_notices
 
+                host = Host.looked_up(self.options.backend)
+                slower = fallback_notices(self.spec, self.options.backend, onnx_on_cpu=self.spec.model == LITE0,
+                                          host=host)
                 self.spec = self._chosen()  # issue 16: workers run what the parent chose
-                self.notices = export_notices(self.runtime, _lite0_cached)
+                self.notices = [*slower, *export_notices(self.runtime, _lite0_cached)]
 
     def cpu_workers(self, cores: int) -> int:
         """A worker per core (up to 4, each a copy of the model) for a torch model of real size,

@@ -26,7 +26,7 @@ from gpucli.core.records import Failure, Item, Items, Ragged, Source
 from gpucli.inputs.extract import extractor_versions
 from gpucli.inputs.extract import ocr as ocr_engine
 from gpucli.models.backends import export_notices, quantize_info
-from gpucli.models.backends.choice import Host, choose_backend
+from gpucli.models.backends.choice import Host, choose_backend, fallback_notices
 from gpucli.models.backends.onnx_export import FUSED_MODEL_TYPES, text_encoder_cached
 from gpucli.models.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.models.model_kind import require_kind
@@ -108,12 +108,14 @@ class EmbedTask(EmbedBase):
                              f"{self.window} text tokens{taken}")
         # issue 16: `auto` = onnx on a host without a GPU (benchmarks/RESULTS.md, ONNX: equal vectors, faster),
         # for the model types whose exported graph gpucli checks against torch; an existing output keeps its own
+        host, onnx_on_cpu = Host.looked_up(self.options.backend), config.get("model_type") in FUSED_MODEL_TYPES
+        slower = fallback_notices(self.spec, self.options.backend, self.options.quantize, onnx_on_cpu, host)
         self.spec = choose_backend(self.spec, self.options.backend, self.options.quantize,  # workers run the choice
-                                   onnx_on_cpu=config.get("model_type") in FUSED_MODEL_TYPES,
-                                   host=Host.looked_up(self.options.backend))
+                                   onnx_on_cpu=onnx_on_cpu, host=host)
         self.runtime = self.spec.runtime
         if not self._in_worker:
-            self.notices = export_notices(self.runtime, lambda: text_encoder_cached(self.path, self.options.quantize))
+            self.notices = [*slower, *export_notices(self.runtime,
+                                                     lambda: text_encoder_cached(self.path, self.options.quantize))]
         self.pad_id = int(config.get("pad_token_id") or 0)
         self.documents = Documents(self.options.extract_timeout, self.options.ocr)  # documents (issue 26), OCR (43)
         if self.options.ocr == "on" and ocr_engine.missing():

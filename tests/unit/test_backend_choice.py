@@ -9,13 +9,13 @@ import pytest
 
 from gpucli.core.config import RunConfig, build_config
 from gpucli.core.errors import UsageError
-from gpucli.models.backends.choice import Host, backend_default, choose_backend
+from gpucli.models.backends.choice import Host, backend_default, choose_backend, fallback_notices
 from gpucli.tasks import TaskSpec, get_task
 
 EMBED = get_task("embed")
 CPU = Host(("cpu",), onnx_installed=True)
 GPU = Host(("cuda",), onnx_installed=True)
-BARE_CPU = Host(("cpu",), onnx_installed=False)  # the onnx extra not installed
+BARE_CPU = Host(("cpu",), onnx_installed=False)  # onnx or onnxruntime uninstalled (both are base dependencies)
 
 
 def _spec(runtime: str = "", **options) -> TaskSpec:
@@ -82,7 +82,7 @@ def test_only_auto_keeps_and_int8_goes_to_onnx_whatever_was_kept():
 
 
 def test_an_output_kept_on_onnx_where_the_extra_is_gone_is_refused_with_the_fix():
-    with pytest.raises(UsageError, match=r"gpucli\[onnx\].*--backend torch --full"):
+    with pytest.raises(UsageError, match=r"pip install onnx onnxruntime.*--backend torch --full"):
         _runtime("auto", BARE_CPU, kept="onnx")
 
 
@@ -90,8 +90,8 @@ def test_an_output_kept_on_onnx_where_the_extra_is_gone_is_refused_with_the_fix(
     ("tensorrt", "", CPU, "choose one of"),
     ("onnx", "fp8", CPU, "int8"),
     ("torch", "int8", CPU, "--backend onnx"),  # int8 is ONNX Runtime's
-    ("onnx", "", BARE_CPU, r"gpucli\[onnx\]"),
-    ("auto", "int8", BARE_CPU, r"gpucli\[onnx\]"),
+    ("onnx", "", BARE_CPU, r"pip install onnx onnxruntime"),
+    ("auto", "int8", BARE_CPU, r"pip install onnx onnxruntime"),
 ])
 def test_impossible_choices_are_usage_errors_that_name_the_fix(choice, quantize, host, message):
     with pytest.raises(UsageError, match=message):
@@ -178,3 +178,20 @@ def test_gpucli_backend_torch_pins_every_output_to_torch_on_any_host():
         spec = _default(_spec(**config.task_options), config, made_with)
         assert spec.options["backend"] == "torch"
         assert choose_backend(spec, "torch", "", True, CPU).runtime == "torch"
+
+
+# --- fallback_notices: the slower path is never taken without a word -------------------------------------
+def test_auto_on_a_cpu_host_without_onnx_runtime_says_once_that_it_runs_the_slower_torch_path():
+    notes = fallback_notices(_spec(backend="auto"), "auto", "", onnx_on_cpu=True, host=BARE_CPU)
+    assert len(notes) == 1 and "torch" in notes[0] and "pip install onnx onnxruntime" in notes[0]
+
+
+@pytest.mark.parametrize(("choice", "host", "onnx_on_cpu", "kept"), [
+    ("auto", CPU, True, ""),  # the fast path is taken
+    ("auto", Host(("cuda",), onnx_installed=False), True, ""),  # a GPU host stays on torch by design
+    ("auto", BARE_CPU, False, ""),  # a model ONNX Runtime does not run faster
+    ("torch", BARE_CPU, True, ""),  # asked for
+    ("auto", BARE_CPU, True, "torch"),  # an existing output keeps its own runtime
+])
+def test_no_fallback_note_where_the_run_takes_the_path_it_would_anyway(choice, host, onnx_on_cpu, kept):
+    assert fallback_notices(_spec(kept, backend=choice), choice, "", onnx_on_cpu, host) == []

@@ -80,7 +80,8 @@ class TopK:
         picked = [int(i) for i in picked if scores[i] > floor]
         if not picked:
             return
-        shown = batch.select([c for c in batch.schema.names if c not in ("embedding", "sparse")])
+        shown = batch.select([c for c in batch.schema.names if c in HIT_COLUMNS])  # never `mtime`: an older
+        # output's timestamp[ns] would need pandas in to_pylist
         rows = [shown.slice(i, 1).to_pylist()[0] for i in picked]  # not take(): it imports pandas (~0.2 s)
         for i, row in zip(picked, rows):
             self.best.append(Hit(float(scores[i]), row["path"], int(row.get("chunk") or 0), row.get("text") or "",

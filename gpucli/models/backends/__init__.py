@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 BACKENDS = ("auto", "torch", "onnx")
 QUANTIZATIONS = ("", "int8")
-INSTALL = "pip install 'gpucli[onnx]' (on CUDA hosts: pip install onnx onnxruntime-gpu)"
+# onnx and onnxruntime are part of gpucli's own install (pyproject.toml): missing, the install is incomplete
+INSTALL = "pip install onnx onnxruntime (part of gpucli's install; on CUDA hosts onnxruntime-gpu instead of onnxruntime)"
 
 
 def onnx_available() -> bool:

@@ -66,6 +66,19 @@ def choose_backend(spec: Spec, choice: str, quantize: str = "", onnx_on_cpu: boo
     return dataclasses.replace(spec, options={**spec.options, "backend": runtime}, runtime=runtime)  # type: ignore
 
 
+def fallback_notices(spec: Spec, choice: str, quantize: str = "", onnx_on_cpu: bool = False,
+                     host: Host = Host()) -> list[str]:
+    """One line when `auto` takes the slower path for want of a package: a new output on a CPU host,
+    for a model ONNX Runtime runs faster, with onnx or onnxruntime missing (both are part of
+    gpucli's install, so this is a damaged install). Without it a user sees only a slow run."""
+    kept = getattr(spec, "runtime", "")
+    if choice != "auto" or quantize or kept in ("torch", "onnx") or not onnx_on_cpu or host.onnx_installed:
+        return []
+    if not all_cpu(list(host.devices)):
+        return []
+    return [f"ONNX Runtime is not installed, so this run uses torch, about 2 x slower on this CPU: {INSTALL}"]
+
+
 def _runtime(choice: str, quantize: str, onnx_on_cpu: bool, host: Host, kept: str) -> str:
     if choice not in BACKENDS:
         raise UsageError(f"--backend {choice!r}: choose one of {', '.join(BACKENDS)}")

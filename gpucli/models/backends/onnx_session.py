@@ -11,7 +11,7 @@ from typing import Any
 
 from gpucli.core.errors import UsageError
 
-EXTRA_INSTALL = "pip install 'gpucli[onnx]'  (onnxruntime and onnx; onnxruntime-gpu instead on CUDA hosts)"
+EXTRA_INSTALL = "pip install onnx onnxruntime  (part of gpucli's install; onnxruntime-gpu instead on CUDA hosts)"
 
 
 def load_session(model: bytes | str | Path, threads: int, device: str = "cpu") -> Any:

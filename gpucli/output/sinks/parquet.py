@@ -67,8 +67,26 @@ class ParquetSink(Sink):
         self.dir.mkdir(parents=True, exist_ok=True)
         for leftover in self.dir.glob(".part-*.inprogress"):
             leftover.unlink()  # a part a killed run never finished
-        self._schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
+        self._schema = self._kept_types(schema.with_metadata({**(schema.metadata or {}), **metadata}))
         self._next = max((int(m.group(1)) + 1 for m in map(PART.match, os.listdir(self.dir)) if m), default=0)
+
+    def _kept_types(self, schema):
+        """`schema` with the types an existing output's first part has where they differ only in a
+        timestamp's unit: an output made when `mtime` was timestamp[ns] gets nanoseconds in its new
+        parts too (gpucli/output/settings.py), so that every reader sees one schema across the parts.
+        A new output takes the schema as given (microseconds)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        first = next((part for part in self.parts() if self.wrote(part.name)), None)
+        if first is None:
+            return schema
+        have = pq.read_schema(first)
+        for i, field in enumerate(schema):
+            old = have.field(field.name).type if field.name in have.names else None
+            if old is not None and old != field.type and pa.types.is_timestamp(old) and pa.types.is_timestamp(field.type):
+                schema = schema.set(i, field.with_type(old))
+        return schema
 
     def widen(self) -> None:
         """An output written before a column existed (the per-input `size`, `mtime`, `digest`):
@@ -106,6 +124,7 @@ class ParquetSink(Sink):
     def write(self, table) -> str:
         name = f"part-{self._next:05d}.parquet"
         self._next += 1
+        table = _with_kept_types(table, self._schema)
         self._write_atomic(table.replace_schema_metadata(self._schema.metadata), name)
         return name
 
@@ -196,6 +215,17 @@ class ParquetSink(Sink):
                 self.remove_location(name)
             else:
                 self._write_atomic(keep, name)
+
+
+def _with_kept_types(table, schema):
+    """The table with its timestamp columns in the unit the output keeps (ParquetSink._kept_types)."""
+    import pyarrow as pa
+
+    for i, field in enumerate(table.schema):
+        kept = schema.field(field.name).type if field.name in schema.names else field.type
+        if kept != field.type and pa.types.is_timestamp(kept) and pa.types.is_timestamp(field.type):
+            table = table.set_column(i, field.with_type(kept), table.column(i).cast(kept))
+    return table
 
 
 def _array(values: set[str]):
