@@ -1,10 +1,9 @@
-"""Every `gpucli ...` command the README and docs/ show in a fenced block is one the CLI takes,
-and runs: in a sandbox holding a copy of sample_data/ and configs/ and two small tables
-(posts.parquet, posts.csv), after the README's quick-start command itself, with the real
-default model. Task commands run with --dry-run (no model, nothing written: what is checked is
-that the command and its options are accepted); search, inspect and models run for real. The
-log lines, the summary's keys, the metadata keys and the Python snippets the docs show are
-checked against that first run.
+"""Every `gpucli ...` command the README and docs/ show in a fenced block is one the CLI takes
+(tests/shown_commands.py finds them). Those that need no extra run for real on the README install
+(tests/tour/); those marked `<!-- extra: NAME -->` run here, with --dry-run, in a sandbox holding
+a copy of sample_data/ and configs/ and two small tables (posts.parquet, posts.csv), after the
+README's quick-start command itself, with the real default model. The log lines, the summary's
+keys, the metadata keys and the Python snippets the docs show are checked against that first run.
 
 A block is illustrative (a Ray cluster, a Qdrant server, /data paths) when an HTML comment
 `<!-- illustrative: why -->` comes right before it: its commands are only checked for options
@@ -20,88 +19,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import ROOT
-
-PAGES = {p: p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
-FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
-ENV = re.compile(r"^[A-Z_][A-Z0-9_]*=")
-REDIRECT = re.compile(r"^\d*>>?")
-TASKS = ("embed", "classify", "transcribe")
-QUICK_START = "gpucli embed sample_data/docs"
-
-
-@dataclass(frozen=True)
-class Shown:
-    page: str
-    line: int
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    illustrative: bool
-
-    @property
-    def id(self) -> str:
-        return f"{self.page}:{self.line}"
-
-
-def note_before(text: str, start: int) -> str:
-    """The HTML comment right before a fence (blank lines between allowed), or ''."""
-    before = text[:start].rstrip()
-    if not before.endswith("-->"):
-        return ""
-    return before[before.rindex("<!--") + 4:-3].strip()
-
-
-def commands_in(line: str) -> list[tuple[list[str], dict[str, str]]]:
-    """The gpucli commands of one shell line: after `&&`, `;`, `|`, `--` (ray job submit) or
-    environment assignments; redirections dropped."""
-    found = []
-    for part in re.split(r"&&|;|\|", line):
-        try:
-            tokens = shlex.split(part, comments=True)
-        except ValueError:
-            continue
-        env = {}
-        while tokens and ENV.match(tokens[0]):
-            key, _, value = tokens.pop(0).partition("=")
-            env[key] = value
-        if "gpucli" not in tokens:
-            continue
-        at = tokens.index("gpucli")
-        if at and tokens[at - 1] != "--":
-            continue
-        argv, skip = [], False
-        for token in tokens[at + 1:]:
-            if skip:
-                skip = False
-            elif REDIRECT.match(token):
-                skip = token in (">", ">>", "2>", "2>>")
-            else:
-                argv.append(token)
-        found.append((argv, env))
-    return found
-
-
-def shown_commands() -> list[Shown]:
-    shown = []
-    for page, text in PAGES.items():
-        for fence in FENCE.finditer(text):
-            illustrative = note_before(text, fence.start()).startswith("illustrative")
-            first_line = text[:fence.start()].count("\n") + 2
-            for offset, line in enumerate(fence.group(2).replace("\\\n", " ").splitlines()):
-                line = line.strip().removeprefix("$ ")
-                for argv, env in commands_in(line):
-                    shown.append(Shown(str(page.relative_to(ROOT)), first_line + offset, tuple(argv),
-                                       tuple(env.items()), illustrative))
-    return shown
-
-
-SHOWN = shown_commands()
-RUNNABLE = [s for s in SHOWN if not s.illustrative]
+from tests.shown_commands import FENCE, PAGES, QUICK_START, RUNNABLE, SHOWN, TASKS, Shown
 
 
 def _cli():
@@ -121,8 +44,16 @@ def _flags(command) -> set[str]:
 
 
 def test_the_docs_show_commands_of_every_kind():
-    shown = {s.argv[0] for s in RUNNABLE if s.argv}
-    assert {"embed", "classify", "transcribe", "search", "inspect", "models"} <= shown, shown
+    shown = {s.argv[0] for s in RUNNABLE if s.argv and not s.extra}
+    assert {"embed", "classify", "transcribe", "search", "inspect", "models", "snapshot"} <= shown, shown
+
+
+def test_the_blocks_marked_for_an_extra_name_one_the_package_has():
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    marked = {s.extra for s in SHOWN if s.extra}
+    assert marked and marked <= extras, sorted(marked - extras)
 
 
 @pytest.mark.parametrize("shown", SHOWN, ids=lambda s: s.id)
@@ -187,8 +118,10 @@ def _in_process(argv: list[str], env: dict[str, str], cwd: Path, monkeypatch):
 
 @pytest.mark.model
 @pytest.mark.slow
-@pytest.mark.parametrize("shown", RUNNABLE, ids=lambda s: s.id)
-def test_every_command_shown_runs(shown: Shown, sandbox, monkeypatch):
+@pytest.mark.parametrize("shown", [s for s in RUNNABLE if s.extra], ids=lambda s: s.id)
+def test_every_command_shown_that_needs_an_extra_runs(shown: Shown, sandbox, monkeypatch):
+    """Those that need none run for real on the README install (tests/tour/); these in this
+    environment, which has every extra, as dry runs (the extra's own tests run them for real)."""
     home, _ = sandbox
     argv = list(shown.argv)
     if argv == shlex.split(QUICK_START)[1:]:

@@ -44,7 +44,7 @@ def asked(environ: Mapping[str, str] | None = None) -> str:
 
 def query_runtime(choice: str, text_model: bool, onnx_installed: bool, cached: Callable[[], bool]) -> Runtime:
     """The runtime for a query, from plain facts: `choice` (see `asked`), whether the output's model
-    is a text encoder (not an image-text model), whether the onnx extra is installed, and
+    is a text encoder (not an image-text model), whether onnx and onnxruntime are installed, and
     `cached()`, whether the model's fp32 graph is in the cache (asked only when it decides)."""
     if choice == "torch" or not text_model:
         return Runtime.TORCH

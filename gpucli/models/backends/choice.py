@@ -32,7 +32,7 @@ Spec = TypeVar("Spec")  # a gpucli.tasks.TaskSpec: named, not imported (the back
 class Host:
     """What `auto` decides by, besides the model: this host's device kind (not this run's: a GPU
     host stays on torch even for a `--devices cpu` run, so every run of one host chooses alike;
-    empty when the choice needs none) and whether the onnx extra is installed."""
+    empty when the choice needs none) and whether onnx and onnxruntime are installed."""
 
     devices: tuple[str, ...] = ()
     onnx_installed: bool = False
@@ -56,11 +56,11 @@ def choose_backend(spec: Spec, choice: str, quantize: str = "", onnx_on_cpu: boo
 
     `auto` decides once per output: the spec's `runtime` is the one an existing output was made
     with (gpucli.models.backends.choice.backend_default), and auto keeps it, so that a rerun never
-    changes an output's runtime because the host changed (the onnx extra installed, a GPU added);
+    changes an output's runtime because the host changed (ONNX Runtime installed, a GPU added);
     an output kept on onnx where the extra is gone is refused, naming the fix. For a new output
     auto picks onnx when int8 is asked for, or when every device of the host is a CPU, the task
     says ONNX is faster there for this model (`onnx_on_cpu`, from benchmarks/onnx_e2e.py) and the
-    onnx extra is installed; else torch (GPUs stay on torch: onnxruntime-gpu is not measured yet).
+    ONNX Runtime is installed (gpucli's install brings it); else torch (GPUs stay on torch: onnxruntime-gpu is not measured yet).
     `onnx` needs the extra; int8 needs onnx or auto. Anything else is a usage error."""
     runtime = _runtime(choice, quantize, onnx_on_cpu, host, kept=getattr(spec, "runtime", ""))
     return dataclasses.replace(spec, options={**spec.options, "backend": runtime}, runtime=runtime)  # type: ignore
