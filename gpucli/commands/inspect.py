@@ -62,6 +62,8 @@ class Report:
     failures: int | None = None  # records in the failures file (None: no such file)
     failures_file: str = ""
     last_run: str | None = None  # ISO time of the last run: the ledger's last change, or the failures file's
+    last_run_state: str = ""  # "ended", "running", "did not finish" (killed or crashed): output/lock.py, LastRun
+    last_run_pid: int | None = None  # the process of a run running now, or of one that did not finish
     gpucli_version: str = ""
     metadata: dict[str, str] = field(default_factory=dict)  # every gpucli.* key, prefix dropped
 
@@ -93,6 +95,7 @@ def _inspect(where: str) -> Report:
         report = Report(str(layout.out), layout.format, failures_file=str(layout.failures.absolute()))
         metadata = _metadata(layout, settings)
         _describe(report, metadata, settings)
+        report.gpucli_version = report.gpucli_version or ledger.meta("gpucli_version") or ""  # JSON lines, Qdrant
         _count_ledger(report, ledger, layout)
     except sqlite3.Error as exc:  # a ledger that a run is writing over this read, or damaged past its header
         raise UsageError(f"{layout.ledger}: cannot read this ledger ({type(exc).__name__}: {exc})") from None
@@ -201,6 +204,20 @@ def _count_ledger(report: Report, ledger: ReadOnlyLedger, layout: Layout) -> Non
         report.rows = int(ledger.done_rows())
     times = [t for t in (ledger.last_update(), _mtime(layout.failures)) if t]
     report.last_run = _iso(max(times)) if times else None
+    _last_run_state(report, layout.ledger.parent)
+
+
+def _last_run_state(report: Report, state_dir: Path) -> None:
+    """From the run lock's file, read without taking the lock (gpucli/output/lock.py)."""
+    from gpucli.output.lock import LastRun, last_holder
+
+    holder = last_holder(state_dir)
+    if holder is None:
+        report.last_run_state = LastRun.ENDED.value if report.last_run else ""
+        return
+    report.last_run_state, report.last_run_pid = holder.state.value, holder.pid
+    if holder.state is not LastRun.ENDED:
+        report.last_run = report.last_run or holder.started
 
 
 def _part_rows(part: Path) -> int:
@@ -257,10 +274,24 @@ def lines(report: Report) -> list[tuple[str, str]]:
         ("inputs done", str(report.inputs_done)),
         ("failures", f"{failures} in {report.failures_file}"
          + (f"; {report.inputs_failed} input(s) to retry" if report.inputs_failed else "")),
-        ("last run", report.last_run or "never"),
+        ("last run", _last_run_line(report)),
         ("gpucli", report.gpucli_version or "?"),
     ]
     return rows + ([("root", report.metadata["root"])] if report.metadata.get("root") else [])
+
+
+def _last_run_line(report: Report) -> str:
+    from gpucli.output.lock import LastRun
+
+    when = report.last_run or "never"
+    if report.last_run_state == LastRun.RUNNING.value:
+        return f"{when}; running now (pid {report.last_run_pid}): these figures change as it writes"
+    if report.last_run_state == LastRun.DIED.value:
+        return (f"{when}; did not finish (pid {report.last_run_pid} was killed or crashed): rerun the same command "
+                "to finish what is missing")
+    if report.last_run_state == LastRun.ELSEWHERE.value:
+        return f"{when}; the lock names a run on another host (pid {report.last_run_pid})"
+    return when
 
 
 def task_lines(report: Report) -> list[tuple[str, str]]:

@@ -218,3 +218,62 @@ def test_inspect_shows_each_tasks_own_fields(tmp_path):
     names = [line.split(":")[0].strip() for line in result.stdout.splitlines()]
     assert "top k" in names and "num classes" in names and "backend" in names
     assert "dims" not in names and "pooling" not in names and "prompt" not in names
+
+
+def test_inspect_names_the_gpucli_that_made_a_json_lines_or_qdrant_output_from_its_ledger(tree, tmp_path):
+    """Only a Parquet part carries `gpucli.version`; the ledger keeps it for the others (was `gpucli: ?`)."""
+    from gpucli import __version__
+    from gpucli.output.sinks import open_sink
+    from tests.helpers import run_fake
+
+    out = tmp_path / "out.jsonl"
+    run_fake([tree({"ok.txt": "one\n"})], out)
+    assert json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)["gpucli_version"] == __version__
+    target = f"qdrant:{tmp_path / 'qdrant_data'}/docs"
+    info = {k: v for k, v in META.items() if k != "gpucli.version"}  # as output_settings stores it
+    ledger = make_ledger(open_sink(target).state_dir, {"a.txt": 2}, settings={**SETTINGS, "info": info})
+    with sqlite3.connect(ledger) as db:
+        db.execute("insert into meta values ('gpucli_version', '0.1.7')")
+    result = runner.invoke(app, ["inspect", target])
+    assert result.exit_code == 0 and "gpucli:         0.1.7" in result.stdout, result.stdout
+
+
+def _lock_naming(out: Path, pid: int) -> None:
+    import socket
+
+    (state_of(out) / "lock").write_text(f"pid {pid} on {socket.gethostname()}, started 2026-12-06 10:00:00\n")
+
+
+def test_inspect_says_a_run_is_writing_now_when_the_lock_names_a_live_process(tmp_path):
+    out = make_parquet_output(tmp_path)
+    _lock_naming(out, os.getpid())
+    report = json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)
+    assert (report["last_run_state"], report["last_run_pid"]) == ("running", os.getpid())
+    assert "running now" in runner.invoke(app, ["inspect", str(out)]).stdout
+
+
+def test_inspect_says_the_last_run_did_not_finish_when_it_was_killed(tree, tmp_path):
+    """A run empties the lock file when it ends (Ctrl-C too); a kill -9 leaves its name there."""
+    import textwrap
+
+    from tests.helpers import run_fake, sigkill_after_parts
+
+    root = tree({f"f{i:03d}.txt": f"item {i}\n" for i in range(200)})
+    out = tmp_path / "out.parquet"
+    assert run_fake([root], out, {"sleep_ms": 30}, limit=1).exit_code == 0
+    ended = json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)
+    assert ended["last_run_state"] == "ended" and ended["last_run_pid"] is None
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        from gpucli.core.config import RunConfig
+        from gpucli.engines.local.pipeline import run
+        run(RunConfig(task="tests.fake_task:FakeTask", paths=({str(root)!r},), out={str(out)!r}, devices="cpu",
+                      progress="off", task_options={{"sleep_ms": 30}}, batch_size=4, part_rows=12, flush_s=0.2))
+    """)
+    sigkill_after_parts(script, out, parts=3)
+    result = runner.invoke(app, ["inspect", str(out)])
+    assert result.exit_code == 0 and "did not finish" in result.stdout and "rerun" in result.stdout, result.stdout
+    assert json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)["last_run_state"] == "did not finish"
+    assert run_fake([root], out, {"sleep_ms": 30}).exit_code == 0
+    assert json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)["last_run_state"] == "ended"
