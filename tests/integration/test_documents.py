@@ -205,7 +205,7 @@ def test_search_prints_the_page_of_a_pdf_hit(mixed):
     hits = [json.loads(line) for line in result.stdout.splitlines()]
     assert hits[0]["path"] == "paper.pdf" and "clockwork" in hits[0]["text"] and hits[0]["page"] in (2, 3)
     plain = CliRunner().invoke(app, ["search", query, "--in", str(out), "-k", "1"])
-    assert plain.stdout.split("\t")[1:4] == ["paper.pdf", str(hits[0]["chunk"]), str(hits[0]["page"])]
+    assert plain.stdout.splitlines()[1].split("\t")[1:4] == ["paper.pdf", str(hits[0]["chunk"]), str(hits[0]["page"])]
 
 
 def test_rerun_is_incremental_and_prune_removes_a_deleted_documents_rows(tmp_path):

@@ -181,7 +181,8 @@ def test_cli_prints_lines_and_json(tmp_path, fixed_query):
     fixed_query["vector"] = [0, 0, 1, 0.5, 0, 0, 0, 0]
     result = runner.invoke(app, ["search", "q", "--in", str(tmp_path / "x.parquet"), "-k", "2"])
     assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
+    header, *lines = result.stdout.splitlines()
+    assert header == "score\tpath\tchunk\tpage\ttext"
     assert [line.split("\t")[1:3] for line in lines] == [["f0.txt", "2"], ["f0.txt", "3"]]
     assert "2 hits" in result.stderr and "test-model" in result.stderr
     result = runner.invoke(app, ["search", "q", "--in", str(tmp_path / "x.parquet"), "-k", "3", "--json"])
@@ -265,7 +266,7 @@ def test_a_library_warning_during_a_search_is_one_gpucli_note_on_stderr(tmp_path
         warnings.simplefilter("always")
         result = runner.invoke(app, ["search", "q", "--in", f"qdrant:{tmp_path / 'qd'}/docs", "-k", "1"])
     assert result.exit_code == 0, result.output
-    assert result.stdout.split("\t")[1] == "f0"
+    assert result.stdout.splitlines()[1].split("\t")[1] == "f0"
     notes = [line for line in result.stderr.splitlines() if line.startswith("gpucli: note:")]
     assert notes[0] == ("gpucli: note: embedded Qdrant collection of 3 points (qdrant-client advises a Qdrant server "
                         "above 2: qdrant://HOST:PORT/COLLECTION)")
@@ -418,3 +419,26 @@ def test_a_search_with_the_graph_cached_imports_neither_torch_nor_transformers(m
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "onnxruntime" in imported
     assert not {name for name in imported if name.split(".")[0] in ("torch", "transformers", "pandas")}
+
+
+def test_piped_lines_keep_one_hit_a_line_and_five_fields_whatever_the_text_holds(tmp_path, fixed_query):
+    """Not a terminal: a header, then `score path chunk page text` a line; a chunk's tabs,
+    newlines and backslashes are escaped, so `cut -f` and `awk -F'\\t'` take the field they name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "x.parquet"
+    write_output(out, np.eye(4), parts=1)
+    part = next(out.glob("part-*.parquet"))
+    table = pq.read_table(part)
+    text = ["line one\nline\ttwo \\ three", "plain", "a\r\nb", "x"]
+    table = table.set_column(table.schema.get_field_index("text"), "text", pa.array(text))
+    pq.write_table(table, part)
+    fixed_query["vector"] = [1, 0, 0, 0]
+    result = runner.invoke(app, ["search", "q", "--in", str(out), "-k", "4"])
+    assert result.exit_code == 0, result.output
+    header, *lines = result.stdout.split("\n")[:-1]
+    assert header.split("\t") == ["score", "path", "chunk", "page", "text"] and len(lines) == 4
+    assert all(len(line.split("\t")) == 5 for line in lines)
+    first = lines[0].split("\t")
+    assert first[4] == "line one\\nline\\ttwo \\\\ three"

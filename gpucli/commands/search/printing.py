@@ -1,5 +1,11 @@
-"""A search's hits on stdout (a table on a terminal, tab-separated lines otherwise, JSON lines with
---json) and one line about the search on stderr, fitted to the terminal."""
+r"""A search's hits on stdout (a table on a terminal, tab-separated lines otherwise, JSON lines with
+--json) and one line about the search on stderr, fitted to the terminal.
+
+The lines for a pipe are a stable format (docs/qdrant.md, Search output): a header line naming the
+fields, then one line a hit, `score path chunk page text` separated by tabs, the whole chunk text
+with backslash, tab, newline and carriage return escaped as `\\`, `\t`, `\n`, `\r` (as
+PostgreSQL's COPY text format and `mysql --batch` do), so that no field holds a separator and
+`cut -f2` or `awk -F'\t'` take what they name."""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from typing import Any
 from gpucli.commands.search.hits import SearchResult
 from gpucli.core.terminal import cut, fit, width_of
 
-SNIPPET_CHARS = 100
+PLAIN_FIELDS = ("score", "path", "chunk", "page", "text")  # the header of the lines for a pipe
+ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
 def render(result: SearchResult, as_json: bool, console: Any = None) -> None:
@@ -22,9 +29,10 @@ def render(result: SearchResult, as_json: bool, console: Any = None) -> None:
     elif console is not None or sys.stdout.isatty():
         _table(result, console)
     else:
+        print("\t".join(PLAIN_FIELDS))
         for hit in result.hits:
-            page = "" if hit.page is None else hit.page
-            print(f"{hit.score:.4f}\t{hit.path}\t{hit.chunk}\t{page}\t{snippet(hit.shown)}")
+            page = "" if hit.page is None else str(hit.page)
+            print("\t".join([f"{hit.score:.4f}", escaped(hit.path), str(hit.chunk), page, escaped(hit.shown)]))
     scanned = f"{result.rows_scanned} rows scanned, " if result.rows_scanned is not None else ""
     print(fit(f"gpucli search: {len(result.hits)} hits from {result.source} (model {result.model}; {scanned}"
               f"query embedded in {result.embed_s:.2f}s, searched in {result.search_s:.3f}s)", width_of(sys.stderr)),
@@ -56,6 +64,6 @@ def _folded(prefix: str, text: str, width: int) -> str:
     return "\n".join([prefix + pieces[0], *(" " * len(prefix) + piece for piece in pieces[1:])])
 
 
-def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
-    """The text on one line, cut after a whole word (tab-separated output: a fixed length)."""
-    return cut(text, limit)
+def escaped(text: str) -> str:
+    """A field of the lines for a pipe: no tab, newline or carriage return left in it."""
+    return text.translate(ESCAPES)
