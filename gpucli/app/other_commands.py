@@ -1,4 +1,4 @@
-"""The commands beside the tasks': `models`, `search`, `inspect` and `snapshot`, their options and help.
+"""The commands beside the tasks': `models`, `search`, `inspect`, `snapshot` and `compact`, their options and help.
 
 Each parses its flags and hands the work to gpucli/commands/ (search, inspect) or the task
 registry (models), imported when the command runs: `gpucli --help` imports none of it.
@@ -40,18 +40,27 @@ SNAPSHOT_HELP = ("Pack an embedded Qdrant collection (qdrant:PATH/COLLECTION, a 
                  "  gpucli snapshot qdrant:./qdrant_data/docs docs.snapshot --json\n\n"
                  "It prints the server's calls that restore it (docs/qdrant.md). The collection is locked while it "
                  "is packed: a run or a search that opens it meanwhile stops with exit 75.")
+COMPACT_HELP = ("Fold the small parts of a Parquet output into larger ones (up to 128 MiB each), so that its readers "
+                "open few files. A run does it itself once an output holds 50 small parts; this does it now.\n\n"
+                "\b\nExamples:\n  gpucli compact embed.parquet\n  gpucli compact embed.parquet --json\n\n"
+                "Exactly once, like a run: a kill at any moment leaves every row once and readable, and a reader "
+                "sees the parts before or after, never both (docs/outputs-and-columns.md).")
+COMPACT_EXIT = "Exit codes: 0 done (or nothing to fold); 2 not a gpucli output; 3 disk full or internal error; 75 a " \
+    "run is writing the output."
 SNAPSHOT_EXIT = ("Exit codes: 0 done; 2 bad usage or no such collection; 3 the file could not be written (disk full) "
                  "or internal error; 75 the collection is in use.")
 
 
 def register(app: typer.Typer) -> None:
-    """`models`, `search`, `inspect` and `snapshot` on the app, in the order `gpucli --help` lists them."""
+    """`models`, `search`, `inspect`, `snapshot` and `compact` on the app, in the order `gpucli --help` lists them."""
     app.command(cls=PlainCommand)(models)
     app.command(cls=PlainCommand, help=escape(SEARCH_HELP), epilog=escape(SEARCH_EXIT))(search)
     app.command(name="inspect", cls=PlainCommand, help=escape(INSPECT_HELP), epilog=escape(INSPECT_EXIT))(
         inspect_command)
     app.command(name="snapshot", cls=PlainCommand, help=escape(SNAPSHOT_HELP), epilog=escape(SNAPSHOT_EXIT))(
         snapshot_command)
+    app.command(name="compact", cls=PlainCommand, help=escape(COMPACT_HELP), epilog=escape(COMPACT_EXIT))(
+        compact_command)
 
 
 def models(json_out: Annotated[bool, typer.Option("--json", help="One JSON object per model on stdout.")] = False,
@@ -143,3 +152,15 @@ def snapshot_command(
         from gpucli.commands import snapshot as snapshotting  # Qdrant Edge: when it runs
 
         snapshotting.render(snapshotting.snapshot(collection, file), json_out)
+
+
+def compact_command(
+    out: Annotated[str, typer.Argument(help="A Parquet output of gpucli: DIR.parquet.", show_default=False,
+                                       metavar="OUT")],
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Small parts folded into larger ones (help: COMPACT_HELP)."""
+    with exit_codes():
+        from gpucli.commands import compact as compacting  # the sink and the ledger: when it runs
+
+        compacting.render(compacting.compact(out), json_out)

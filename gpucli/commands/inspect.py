@@ -57,6 +57,8 @@ class Report:
     prompt: str | None = None
     rows: int | None = None
     parts: int | None = None  # Parquet only
+    part_bytes: dict[str, int] | None = None  # Parquet only: total, smallest, median, largest, and `small` parts
+    advice: str = ""  # when `gpucli compact` would help (gpucli/output/compaction.py)
     inputs_done: int = 0
     inputs_failed: int = 0  # failed in the ledger, waiting for a retry
     failures: int | None = None  # records in the failures file (None: no such file)
@@ -200,6 +202,7 @@ def _count_ledger(report: Report, ledger: ReadOnlyLedger, layout: Layout) -> Non
     if layout.format == "parquet":
         parts = _parts(layout.out)
         report.parts, report.rows = len(parts), sum(_part_rows(p) for p in parts)
+        _describe_parts(report, parts)
     else:  # JSON lines and Qdrant: the rows the ledger knows are written
         report.rows = int(ledger.done_rows())
     times = [t for t in (ledger.last_update(), _mtime(layout.failures)) if t]
@@ -218,6 +221,23 @@ def _last_run_state(report: Report, state_dir: Path) -> None:
     report.last_run_state, report.last_run_pid = holder.state.value, holder.pid
     if holder.state is not LastRun.ENDED:
         report.last_run = report.last_run or holder.started
+
+
+def _describe_parts(report: Report, parts: list[Path]) -> None:
+    """Part sizes, and whether compaction would help (gpucli/output/compaction.py)."""
+    from gpucli.output.compaction import Layout, PartSize
+
+    layout = Layout.of([PartSize(p.name, _size(p)) for p in parts])
+    report.part_bytes = {"total": layout.total_bytes, "smallest": layout.smallest, "median": layout.median,
+                         "largest": layout.largest, "small": layout.small}
+    report.advice = layout.advice(report.out)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # removed by a run since it was listed
+        return 0
 
 
 def _part_rows(part: Path) -> int:
@@ -271,6 +291,8 @@ def lines(report: Report) -> list[tuple[str, str]]:
         *task_lines(report),
         ("rows", "?" if report.rows is None else str(report.rows)
          + (f" in {report.parts} part(s)" if report.parts is not None else "")),
+        *([("part sizes", _sizes_line(report.part_bytes))] if report.part_bytes and report.parts else []),
+        *([("compaction", report.advice)] if report.advice else []),
         ("inputs done", str(report.inputs_done)),
         ("failures", f"{failures} in {report.failures_file}"
          + (f"; {report.inputs_failed} input(s) to retry" if report.inputs_failed else "")),
@@ -278,6 +300,15 @@ def lines(report: Report) -> list[tuple[str, str]]:
         ("gpucli", report.gpucli_version or "?"),
     ]
     return rows + ([("root", report.metadata["root"])] if report.metadata.get("root") else [])
+
+
+def _sizes_line(sizes: dict[str, int]) -> str:
+    return (f"{_mib(sizes['total'])} in all; smallest {_mib(sizes['smallest'])}, median {_mib(sizes['median'])}, "
+            f"largest {_mib(sizes['largest'])}; {sizes['small']} small (under 16 MiB)")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 1024:.0f} KiB"
 
 
 def _last_run_line(report: Report) -> str:

@@ -209,6 +209,8 @@ class Job:
         self.inputs.stop_counting()
         try:
             self.output.close(written)
+            for line in self.output.closing_notes:
+                self.progress.log(f"note: {line}")
             if self.counts.walk_done and outcome.found_nothing(self.config, self.counts) and not self.summary.failed \
                     and not self.summary.skipped:
                 self.output.discard()  # a mistaken path leaves no empty output behind (a run that ended,

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from gpucli.core.errors import LedgerDamaged, LockedError, OutputError, RunFailedError, UsageError, os_error
 from gpucli.core.records import Failure, Source
 from gpucli.core.stages import Stage
+from gpucli.output.compaction import AUTO_MIN_SMALL
+from gpucli.output.compactor import fold
 from gpucli.output.fingerprint import check_settings
 from gpucli.output.ledger import Ledger, made_with
 from gpucli.output.lock import RunLock
@@ -100,6 +102,7 @@ class Output:
         self.failures: FailureLog | None = None
         self.pruned: set[str] = set()
         self.notices: list[str] = []  # for the run's log (Job.open)
+        self.closing_notes: list[str] = []  # for the run's log, after close (Job.close): a compaction
         self._made: tuple[list[Path], list[Path]] = ([], [])  # directories and files this run's open created
 
     @property
@@ -206,6 +209,7 @@ class Output:
         every step runs even when one before it failed (a full disk fails the failures file's
         flush, not the lock's release); the first error goes up after the last step."""
         steps = [lambda: self._remove_stale(self.ledger) if clean and self.ledger is not None else None,
+                 lambda: fold(self, self.ledger, AUTO_MIN_SMALL) if clean and self.ledger is not None else None,
                  self.sink.close, lambda: self.failures.close() if self.failures is not None else None,
                  lambda: self.ledger.close() if self.ledger is not None else None, self.lock.release]
         first: BaseException | None = None

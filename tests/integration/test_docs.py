@@ -45,7 +45,7 @@ def _flags(command) -> set[str]:
 
 def test_the_docs_show_commands_of_every_kind():
     shown = {s.argv[0] for s in RUNNABLE if s.argv and not s.extra}
-    assert {"embed", "classify", "transcribe", "search", "inspect", "models", "snapshot"} <= shown, shown
+    assert {"embed", "classify", "transcribe", "search", "inspect", "models", "snapshot", "compact"} <= shown, shown
 
 
 def test_the_blocks_marked_for_an_extra_name_one_the_package_has():

@@ -123,6 +123,12 @@ class Sink:
         in `publish`."""
         return None
 
+    def compact(self, min_small: int, known: set[str]) -> Rewrite | None:
+        """Fold small places into larger ones (gpucli/output/compaction.py: which, and when):
+        the new places are ready but invisible until `publish`, as for `supersede`. None: this
+        sink has nothing to fold (one file, a database) or nothing is worth it."""
+        return None
+
     def publish(self, pending: str) -> None:
         """Put a rewrite prepared by `supersede` in place. Idempotent: an open after a crash
         calls it again with the pending mark the ledger kept."""

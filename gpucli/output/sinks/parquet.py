@@ -142,17 +142,9 @@ class ParquetSink(Sink):
             return None
 
     def _write_atomic(self, table, name: str) -> None:
-        import pyarrow.parquet as pq
-
-        from gpucli.core.vectors import parquet_dictionary
-
         tmp = self.dir / f".{name}.inprogress"
-        dictionary = ["path", *parquet_dictionary(table.schema)]  # --vector-type int8, binary: a byte a value
         try:
-            with open(tmp, "wb") as f:
-                pq.write_table(table, f, use_dictionary=dictionary, write_statistics=["path"], row_group_size=8192)
-                f.flush()
-                os.fsync(f.fileno())
+            _write_synced(table, tmp)
         except OSError as exc:  # a write to the open file names none: the message names the part
             exc.filename = exc.filename or str(tmp)
             tmp.unlink(missing_ok=True)  # what it took of a full disk
@@ -184,7 +176,11 @@ class ParquetSink(Sink):
         return {p.name for p in self.parts()}
 
     def recover(self, known: set[str], last: str | None) -> dict[str, str | None]:
-        """A part the ledger does not list is removed only when gpucli wrote it (`wrote`)."""
+        """A part the ledger does not list is removed only when gpucli wrote it (`wrote`); a
+        compaction's staging directory that no ledger named is removed too."""
+        from gpucli.output.sinks.parquet_compact import discard
+
+        discard(self.state_dir)
         renamed: dict[str, str | None] = {}
         for orphan in sorted(self.locations() - known):
             if self.wrote(orphan):
@@ -192,6 +188,29 @@ class ParquetSink(Sink):
         numbers = [int(m.group(1)) for m in map(PART.match, {*known, *self.locations(), last or ""}) if m]
         self._next = max(self._next, max(numbers, default=-1) + 1)
         return renamed
+
+    def compact(self, min_small: int, known: set[str]):
+        """Small parts folded into larger ones, staged beside the dataset and swapped in by
+        `publish` (gpucli/output/sinks/parquet_compact.py); None when nothing is worth it. Only
+        parts the ledger knows (`known`) are folded: never a user's file named like a part."""
+        from gpucli.output.sinks import parquet_compact
+
+        names = sorted(self.locations() & known)
+        folds = parquet_compact.folds(self.dir, self.state_dir, names, min_small)
+        if not folds:
+            return None
+        try:
+            rewrite = parquet_compact.stage(self.dir, self.state_dir, folds, self._next, _merged)
+        except BaseException:
+            parquet_compact.discard(self.state_dir)  # no ledger names it: as if never begun
+            raise
+        self._next += len(folds.bins)
+        return rewrite
+
+    def publish(self, pending: str) -> None:
+        from gpucli.output.sinks import parquet_compact
+
+        parquet_compact.publish(self.dir, self.state_dir, pending)
 
     def remove_location(self, name: str) -> None:
         (self.dir / name).unlink(missing_ok=True)
@@ -215,6 +234,28 @@ class ParquetSink(Sink):
                 self.remove_location(name)
             else:
                 self._write_atomic(keep, name)
+
+
+def _write_synced(table, path: Path) -> None:
+    """One part file, as every part is written (dictionary-encoded paths with statistics, 8192-row
+    groups: DESIGN.md's measured options), flushed and fsynced."""
+    import pyarrow.parquet as pq
+
+    from gpucli.core.vectors import parquet_dictionary
+
+    dictionary = ["path", *parquet_dictionary(table.schema)]  # --vector-type int8, binary: a byte a value
+    with open(path, "wb") as f:
+        pq.write_table(table, f, use_dictionary=dictionary, write_statistics=["path"], row_group_size=8192)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _merged(tables: list, path: Path) -> None:
+    """Parts folded into one (gpucli/output/sinks/parquet_compact.py), with the newest part's metadata."""
+    import pyarrow as pa
+
+    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+    _write_synced(table.replace_schema_metadata(tables[-1].schema.metadata), path)
 
 
 def _with_kept_types(table, schema):
