@@ -16,6 +16,8 @@ does not keep them, so this does what `_audio.segment` does and then reads them 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from gpucli.tasks import _audio
@@ -24,7 +26,6 @@ if TYPE_CHECKING:
     import numpy as np
 
 PREPEND, APPEND = "\"'“¿([{-", "\"'.。,，!！?？:：”)]}、"  # faster-whisper's defaults
-CHUNK_SPACING_S = 60.0  # chunks of a batch laid out this far apart for the alignment (see align_words)
 
 
 def word_type() -> Any:
@@ -59,21 +60,34 @@ def segment_with_pieces(pcm: np.ndarray, vad: bool, max_chunk_s: float) -> list[
 
 def to_recording(words: list[dict[str, Any]], pieces: list, start: float, end: float) -> list[dict[str, Any]]:
     """A chunk's words, their times moved from the chunk's speech into the recording, within
-    the chunk's span [start, end]."""
-    return [{"word": str(w["word"]).strip(), "start": _mapped(float(w["start"]), pieces, False, start, end),
-             "end": _mapped(float(w["end"]), pieces, True, start, end), "probability": float(w["probability"])}
-            for w in words if str(w["word"]).strip()]
+    the chunk's span [start, end]. Both ends of a word move by the piece that holds its middle,
+    as faster-whisper's `restore_speech_timestamps` maps them: a word that ends a hair past its
+    clip (the alignment's frames are 20 ms) must not be stretched across the silence VAD removed."""
+    out = []
+    for w in words:
+        if not str(w["word"]).strip():
+            continue
+        first, last = float(w["start"]), float(w["end"])
+        shift = _shift(pieces, (first + last) / 2, start)
+        out.append({"word": str(w["word"]).strip(), "start": _within(first + shift, start, end),
+                    "end": _within(last + shift, start, end), "probability": float(w["probability"])})
+    return out
 
 
-def _mapped(t: float, pieces: list, is_end: bool, start: float, end: float) -> float:
+def _shift(pieces: list, middle: float, start: float) -> float:
+    """What to add to a time of the chunk's speech to get the recording's: the silence before the
+    piece holding `middle` (the first whose speech ends after it, else the last, as faster-whisper's
+    `SpeechTimestampsMap.get_chunk_index`); the chunk's start when it has no pieces."""
     if not pieces:
-        return round(min(max(start + t, start), end), 3)
-    piece = pieces[0]
-    for candidate in pieces[1:]:
-        if candidate[0] < t or (candidate[0] == t and not is_end):
-            piece = candidate
-    local, orig_start, orig_end = piece
-    return round(min(max(orig_start + t - local, orig_start, start), orig_end, end), 3)
+        return start
+    ends = [local + (orig_end - orig_start) for local, orig_start, orig_end in pieces]
+    index = min(bisect.bisect(ends, middle), len(pieces) - 1)
+    local, orig_start, _ = pieces[index]
+    return orig_start - local
+
+
+def _within(t: float, start: float, end: float) -> float:
+    return round(min(max(t, start), end), 3)
 
 
 def merged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -86,16 +100,18 @@ def merged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def align_words(model: Any, tokenizer: Any, encoded: Any, tokens: list[list[int]],
                 seconds: list[float]) -> list[list[dict[str, Any]]]:
     """Each chunk's words in the chunk's time, for chunks of one language (`tokenizer`'s)
-    encoded together (`encoded`). faster-whisper's heuristics for a word after a pause read the
-    end of the previous segment; the chunks are laid out CHUNK_SPACING_S apart, so that each is
-    treated as speech after a pause, whatever else shares its batch."""
+    encoded together (`encoded`). faster-whisper's heuristics shorten a long first word "after a
+    pause", a pause read from the end of the previous segment. Its batched pipeline lays a
+    recording's chunks end to end in speech time, from 0, so no chunk follows a pause; the chunks
+    here are laid out end to end too (whatever recordings share the batch), for the same words.
+    (Laid out 60 s apart, every chunk's long first word was cut: `Please` at 0.57 s, not 0.43.)"""
     import math
 
-    segments = [[{"tokens": list(t), "start": i * CHUNK_SPACING_S, "end": i * CHUNK_SPACING_S + s,
-                  "seek": int(i * CHUNK_SPACING_S * model.frames_per_second)}]
-                for i, (t, s) in enumerate(zip(tokens, seconds))]
+    offsets = list(itertools.accumulate(seconds, initial=0.0))[:-1]
+    segments = [[{"tokens": list(t), "start": at, "end": at + s, "seek": int(round(at * model.frames_per_second))}]
+                for t, s, at in zip(tokens, seconds, offsets)]
     frames = [int(math.ceil(s) * model.frames_per_second) for s in seconds]
-    model.add_word_timestamps(segments, tokenizer, encoded, frames, PREPEND, APPEND, -CHUNK_SPACING_S)
-    return [[{**w, "start": w["start"] - i * CHUNK_SPACING_S, "end": w["end"] - i * CHUNK_SPACING_S}
-             for w in segment[0].get("words", [])]
-            for i, segment in enumerate(segments)]
+    model.add_word_timestamps(segments, tokenizer, encoded, frames, PREPEND, APPEND, 0.0)
+    shifts = [segment[0]["seek"] / model.frames_per_second for segment in segments]  # what faster-whisper added
+    return [[{**w, "start": w["start"] - shift, "end": w["end"] - shift} for w in segment[0].get("words", [])]
+            for shift, segment in zip(shifts, segments)]

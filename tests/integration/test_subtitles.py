@@ -81,12 +81,29 @@ def whisper_words():
     return task
 
 
-def test_words_match_a_direct_faster_whisper_call_through_vads_silences(whisper_words, tmp_path):
+def with_silences(order: tuple[int, ...], silences_s: tuple[float, ...]) -> bytes:
+    """Clips of sample_data/wavs in `order`, `silences_s[i]` of silence after clip i: VAD cuts there."""
+    pcm = [_audio.decode(data) for data in clips().values()]
+    pieces = [np.zeros(8000, np.int16)]
+    for i, clip in enumerate(order):
+        pieces.append(pcm[clip])
+        if i < len(silences_s):
+            pieces.append(np.zeros(int(silences_s[i] * 16000), np.int16))
+    return wav_bytes(np.concatenate(pieces))
+
+
+@pytest.mark.parametrize("data", [pytest.param(stitched, id="two-clips-3s"),
+                                  pytest.param(lambda: with_silences((0, 1, 2), (3.0, 5.0)), id="three-clips-3s-5s"),
+                                  pytest.param(lambda: with_silences((2, 0, 1), (5.0, 1.5)), id="three-clips-5s-1.5s")])
+def test_words_match_a_direct_faster_whisper_call_through_vads_silences(whisper_words, tmp_path, data):
+    """Within 0.1 s of faster-whisper's batched pipeline, word by word; a word that ends a clip
+    is never stretched across the silence after it (`evening.` was timed 11.56-16.89 s across a
+    5 s silence, where faster-whisper says 11.56-12.32)."""
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
     from gpucli.tasks.transcribe import _compute_type
 
-    data = stitched()
+    data = data()
     row = run_task(whisper_words, [("s.wav", data)])["s.wav"]
     (tmp_path / "s.wav").write_bytes(data)
     direct = BatchedInferencePipeline(WhisperModel(whisper_words.model_path, device="cpu", cpu_threads=2,
@@ -99,8 +116,7 @@ def test_words_match_a_direct_faster_whisper_call_through_vads_silences(whisper_
         assert mine["start"] == pytest.approx(theirs.start, abs=0.1), mine
         assert mine["end"] == pytest.approx(theirs.end, abs=0.1), mine
         assert 0 <= mine["probability"] <= 1
-    gap = [w["start"] for w in row["words"] if w["start"] > 4.0]
-    assert gap and min(gap) > 0.5 + 3.9 + 2.5  # the second sentence's words come after the silence
+        assert mine["end"] - mine["start"] < 2.5, mine  # no word spans a removed silence
     assert [w["start"] for w in row["words"]] == sorted(w["start"] for w in row["words"])
 
 

@@ -108,6 +108,25 @@ def test_word_times_map_through_the_silences_vad_removed():
     assert _word_times.to_recording(too_late, pieces, 0.5, 7.0)[0]["end"] == 7.0  # never past the chunk
 
 
+def test_both_ends_of_a_word_move_by_the_clip_that_holds_its_middle_as_faster_whisper_maps_them():
+    """A word ending a hair past its clip (4.3 against 4.25) was stretched across the 4.75 s of
+    silence VAD removed (its end mapped by the next clip: 9.05); faster-whisper maps both ends by
+    the clip of the word's middle (restore_speech_timestamps)."""
+    from faster_whisper.vad import SpeechTimestampsMap
+
+    pieces = [[0.0, 0.0, 4.25], [4.25, 9.0, 12.0]]
+    word = {"word": "x", "start": 4.1, "end": 4.3, "probability": 1.0}
+    mapped = _word_times.to_recording([word], pieces, 0.0, 12.0)[0]
+    assert (mapped["start"], mapped["end"]) == (4.1, 4.3)
+    clips = [{"start": int(orig_start * 16000), "end": int(orig_end * 16000)} for _, orig_start, orig_end in pieces]
+    reference = SpeechTimestampsMap(clips, 16000)
+    for start, end in [(4.1, 4.3), (4.2, 4.4), (0.5, 1.0), (4.3, 5.0), (6.9, 7.2)]:
+        index = reference.get_chunk_index((start + end) / 2)
+        expected = (reference.get_original_time(start, index), reference.get_original_time(end, index))
+        got = _word_times.to_recording([{**word, "start": start, "end": end}], pieces, 0.0, 12.0)[0]
+        assert (got["start"], got["end"]) == pytest.approx(expected, abs=0.01), (start, end)
+
+
 def test_write_is_atomic_by_rename(tmp_path, monkeypatch):
     """A crash between writing and renaming leaves the old file whole."""
     files = SubtitleFiles(tmp_path, "srt")
