@@ -23,6 +23,7 @@ import click
 import typer
 
 from gpucli.core.errors import EXIT_RUN_FAILED, EXIT_SIGINT, EXIT_SIGTERM, GpucliError
+from gpucli.core.signals import STOP_LINES, STOP_SIGNALS, exits_at_once, restore_handlers
 
 EXIT_BROKEN_PIPE = 128 + 13  # what a C tool killed by SIGPIPE exits with (`set -o pipefail` sees it)
 EXIT_JOIN_S = 10.0  # what the other threads get to finish once the run has ended and said so
@@ -38,10 +39,12 @@ class Terminated(BaseException):
 def exit_codes() -> Iterator[None]:
     """Whatever ends a command early becomes one line on stderr and its exit code: typed
     errors their own, Ctrl-C 130, SIGTERM 143, anything unexpected 3 (a bug: the traceback
-    is shown with GPUCLI_DEBUG=1, never by default)."""
+    is shown with GPUCLI_DEBUG=1, never by default). Its extent is the command's: the stops
+    raise inside it (`stops_raise`), and exit at once outside it (gpucli.core.signals.exit_at_once)."""
     debug = bool(os.environ.get("GPUCLI_DEBUG"))
     try:
-        yield
+        with stops_raise():
+            yield
     except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
         raise  # Typer's and Click's own ends (typer.Exit is a RuntimeError): not ours to translate
     except GpucliError as exc:
@@ -51,12 +54,12 @@ def exit_codes() -> Iterator[None]:
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt as exc:
         if getattr(exc, "signum", signal.SIGINT) == signal.SIGTERM:  # gpucli.core.signals.Interrupted
-            error("terminated (SIGTERM)")
+            error(STOP_LINES[signal.SIGTERM])
             raise typer.Exit(EXIT_SIGTERM) from None
-        error("interrupted (Ctrl-C)")
+        error(STOP_LINES[signal.SIGINT])
         raise typer.Exit(EXIT_SIGINT) from None
     except Terminated:
-        error("terminated (SIGTERM)")
+        error(STOP_LINES[signal.SIGTERM])
         raise typer.Exit(EXIT_SIGTERM) from None
     except BrokenPipeError:  # `gpucli search ... | head`: the reader left; not a bug
         _silence_stdout()
@@ -70,17 +73,23 @@ def exit_codes() -> Iterator[None]:
 
 
 @contextmanager
-def sigterm_raises() -> Iterator[None]:
+def stops_raise() -> Iterator[None]:
     """Until the engine installs its handlers (and after it restores them), SIGTERM raises
-    `Terminated`, which `exit_codes` turns into exit 143 with one line, no traceback."""
+    `Terminated` and Ctrl-C KeyboardInterrupt, which `exit_codes` turns into exit 143 / 130
+    with one line, no traceback, once what was under way has unwound (its `finally`s ran).
+    Ctrl-C's handler is replaced only where it is the console script's exit-at-once one: a
+    Ctrl-C ignored stays ignored, and Python's own already raises."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    if exits_at_once(previous[signal.SIGINT]):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        restore_handlers(previous)
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:

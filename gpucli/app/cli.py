@@ -29,7 +29,6 @@ from gpucli.app.boundary import (
     exit_codes,
     exit_now_after_a_cut_ray_start,
     exit_without_teardown,
-    sigterm_raises,
 )
 from gpucli.app.help import PlainCommand, PlainGroup, escape, examples_text, short_usage
 from gpucli.app.options import ADVANCED, ENV_HELP, EXIT_CODES_HELP, env_name, task_parameters
@@ -117,7 +116,7 @@ def _task_help(task_cls: type) -> str:
 def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> None:
     """Config, model check, engine, summary; the exit code is the summary's."""
     quiet = bool(cli.get("quiet"))
-    with sigterm_raises(), exit_codes():
+    with exit_codes():
         config = build_config(task_cls.name, task_cls.Options, cli, config_file, every_option=every_option_name)
         check_model(task_cls, config.model, config.task_options)
         from gpucli.engines import run_engine  # the engine's modules: only once a run is sure to start

@@ -14,7 +14,12 @@ and ignores, then unblocks them first thing (`leave_to_parent`). Ignoring them o
 child's entry left a window of Python's start-up and the unpickling of its target (imports,
 a second or more), in which a group's Ctrl-C killed a worker with a KeyboardInterrupt
 traceback and the run failed with "could not load the model" instead of exiting 130.
-CPython's own resource tracker is started the same way."""
+CPython's own resource tracker is started the same way.
+
+Before a command's own guard takes over, and after it has given the process back (the console
+script's imports, Typer's parsing, the exit), a stop exits at once with its one line
+(`exit_at_once`): nothing is open then, and a KeyboardInterrupt raised inside an import printed
+a traceback through importlib, where SIGTERM killed the process with no line at all."""
 
 from __future__ import annotations
 
@@ -26,6 +31,29 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_LINES = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}  # the CLI's one line
+
+
+def exit_at_once() -> None:
+    """The console script's first instruction (gpucli/__main__.py): from here on a stop exits
+    130 / 143 with one line, until a command's guard puts in its own handlers (and after it
+    gives them back). A signal the process was started with ignored (`gpucli ... &` in a
+    script ignores SIGINT) stays ignored."""
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _exit_now)
+
+
+def exits_at_once(handler: Any) -> bool:
+    """Whether `handler` is exit_at_once's (a guard replaces it, and no other one, for its extent)."""
+    return handler is _exit_now
+
+
+def _exit_now(signum: int, frame: Any) -> None:
+    """Nothing to close yet (or any more): the line, and out, without unwinding the import or
+    the teardown under way (a KeyboardInterrupt there printed a traceback)."""
+    _say(f"gpucli: error: {STOP_LINES[signal.Signals(signum)]}")
+    os._exit(128 + signum)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -96,7 +124,7 @@ class DriverStops:
             yield
         finally:
             self._installed -= 1
-            _restore(previous if outer else dict.fromkeys(STOP_SIGNALS, self._on_signal))
+            restore_handlers(previous if outer else dict.fromkeys(STOP_SIGNALS, self._on_signal))
 
     @contextlib.contextmanager
     def held(self, deliver: bool = True) -> Iterator[None]:
@@ -146,7 +174,7 @@ def _say(line: str) -> None:
         pass
 
 
-def _restore(previous: dict[int, Any]) -> None:
+def restore_handlers(previous: dict[int, Any]) -> None:
     """Each handler back, also when a stop lands between two of them (`None`: one installed
     from C, which Python cannot put back: the default then)."""
     (sig, handler), *rest = previous.items()
@@ -154,7 +182,7 @@ def _restore(previous: dict[int, Any]) -> None:
         signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     finally:
         if rest:
-            _restore(dict(rest))
+            restore_handlers(dict(rest))
 
 
 def leave_to_parent() -> None:
@@ -190,5 +218,5 @@ class LoopSignals:
         for sig in self._previous:
             loop.remove_signal_handler(sig)
         if self._previous:
-            _restore(self._previous)
+            restore_handlers(self._previous)
         self._previous = {}

@@ -246,8 +246,8 @@ def test_the_stop_line_on_a_broken_stderr_does_not_cut_the_step(monkeypatch):
 
 
 def test_the_handlers_come_back_also_when_a_stop_lands_between_two_of_them(monkeypatch):
-    """`_restore` puts each stop signal's handler back even when the first one's restore is cut
-    short by a KeyboardInterrupt (a stop landing right there)."""
+    """`restore_handlers` puts each stop signal's handler back even when the first one's restore is
+    cut short by a KeyboardInterrupt (a stop landing right there)."""
     from gpucli.core import signals
 
     before = {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS}
@@ -263,7 +263,7 @@ def test_the_handlers_come_back_also_when_a_stop_lands_between_two_of_them(monke
 
     monkeypatch.setattr(signals.signal, "signal", cut_after_the_first)
     with pytest.raises(KeyboardInterrupt):
-        signals._restore(before)
+        signals.restore_handlers(before)
     monkeypatch.undo()
     assert {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS} == before
 
