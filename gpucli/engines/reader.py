@@ -314,12 +314,18 @@ class ReaderProcesses:
             raise _died(sources) from None
 
     async def result(self, future: Any, sources: list[Source]) -> ReadChunk:
-        """The `ReadChunk` of a submitted chunk, from what its reader sent back."""
+        """The `ReadChunk` of a submitted chunk, from what its reader sent back.
+
+        Shielded: a stopped run cancels the task awaiting it, and that cancel reached the pool's
+        future, which stayed among the pool's pending ones; once `close` killed the readers, the
+        pool's manager thread set an error on each of them and died on the cancelled one with
+        a traceback on stderr (InvalidStateError, CPython 3.11). The pool cancels its own
+        futures at `close` (`cancel_futures`), and forgets them as it does."""
         import asyncio
         from concurrent.futures.process import BrokenProcessPool
 
         try:
-            back = await asyncio.wrap_future(future)
+            back = await asyncio.shield(asyncio.wrap_future(future))
         except BrokenProcessPool:
             raise _died(sources) from None
         return back.chunk(sources)

@@ -50,6 +50,43 @@ READERS_KILLED_MID_SEND = textwrap.dedent('''
     exit_without_teardown(SystemExit(0))
 ''')
 
+CHUNKS_OF_A_STOPPED_RUN = textwrap.dedent('''
+    import asyncio, json, sys, threading
+    from pathlib import Path
+
+    from gpucli.core.records import Source
+    from gpucli.engines.reader import ReaderProcesses
+    from gpucli.tasks.base import TaskSpec
+
+    errors = []
+    threading.excepthook = lambda hook: errors.append(repr(hook.exc_value))
+    text = Path(sys.argv[1])
+    text.write_text("one line\\n")
+    st = text.stat()
+
+    def chunk(i):
+        return [Source(i, f"a{i}.txt", str(text), st.st_size, st.st_mtime_ns, "", st.st_dev, st.st_ino)]
+
+    readers = ReaderProcesses(TaskSpec("tests.fake_task:FakeTask", "fake-model"), 1)
+
+    async def stopped_run():
+        futures = [readers.submit(chunk(i), 1 << 20, None) for i in range(8)]  # most wait in the pool
+        awaiting = [asyncio.ensure_future(readers.result(f, chunk(i))) for i, f in enumerate(futures)]
+        await asyncio.sleep(0)
+        for task in awaiting:  # what a stop does to the chunks in flight (reader.read_chunks)
+            task.cancel()
+        await asyncio.gather(*awaiting, return_exceptions=True)
+        return futures
+
+    futures = asyncio.run(stopped_run())
+    cancelled = sum(f.cancelled() for f in futures)
+    readers.close()
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread():
+            thread.join(60)
+    print(json.dumps({"cancelled_by_the_run": cancelled, "thread_errors": errors}), flush=True)
+''')
+
 STUCK_EXIT_HANDLER = textwrap.dedent('''
     import atexit, time
 
@@ -72,6 +109,16 @@ def test_readers_killed_mid_send_leave_no_thread_waiting_and_the_process_exits(t
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.splitlines()[0]) == {"threads_left": []}
     assert "exit handlers did not finish" not in result.stderr, result.stderr[-3000:]
+
+
+def test_a_stop_that_drops_the_chunks_in_flight_leaves_the_reader_pool_consistent(tmp_path: Path):
+    """A stopped run cancels the tasks awaiting its chunks; that cancel reached the pool's futures,
+    and once `close` killed the readers the pool's manager thread died on them with a traceback
+    on stderr (InvalidStateError: CANCELLED, CPython 3.11), after a SIGTERM exit's one line."""
+    result = run_script(CHUNKS_OF_A_STOPPED_RUN, str(tmp_path / "a.txt"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.splitlines()[0]) == {"cancelled_by_the_run": 0, "thread_errors": []}
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
 def test_an_exit_handler_that_never_returns_does_not_keep_the_process(tmp_path: Path):
