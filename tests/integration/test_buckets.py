@@ -8,7 +8,10 @@ One server for the module; each test has a bucket of its own."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -21,7 +24,8 @@ pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
 from gpucli.app.cli import app  # noqa: E402
-from gpucli.inputs.stores import retry  # noqa: E402
+from gpucli.core.errors import RunFailedError  # noqa: E402
+from gpucli.inputs.stores import retry, roots  # noqa: E402
 from tests.helpers import SAMPLE, read_rows, run_fake, run_with  # noqa: E402
 from tests.s3_server import SECRET, S3Server, use_server  # noqa: E402
 
@@ -33,8 +37,6 @@ TEXTS = {"a.txt": "alpha beta gamma\nsecond line here\n", "b.txt": "one two thre
 
 @pytest.fixture(scope="module")
 def s3():
-    import os
-
     saved = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     server = S3Server()
     use_server(server)
@@ -239,11 +241,9 @@ def test_credentials_are_never_printed_nor_taken_from_a_url(s3, bucket, tmp_path
         S3FileSystem.clear_instance_cache()
     everything = failed.output + "".join(traceback.format_exception(failed.exception)) if failed.exception \
         else failed.output
-    summary = json.loads(failed.stdout)
-    assert failed.exit_code == 1 and summary["failed"] == 1, failed.output
-    record = json.loads(Path(summary["failures_file"]).read_text())
-    assert record["path"] == "." and "cannot list s3://" in record["error"] and "after 4 attempts" in record["error"]
-    assert SECRET not in everything and SECRET not in Path(summary["failures_file"]).read_text()
+    assert isinstance(failed.exception, RunFailedError), failed.output  # GPUCLI_DEBUG: the error itself, raised
+    assert "cannot list it: the store kept failing (after 4 attempts" in str(failed.exception)
+    assert SECRET not in everything and not (tmp_path / "y.parquet").exists()
 
 
 def test_roots_that_name_objects_are_those_objects_relative_to_their_prefix(s3, bucket, tmp_path):
@@ -259,14 +259,16 @@ def refused(root: str, out: Path, *extra: str):
 
 
 def test_a_bucket_that_does_not_exist_is_refused_before_any_work_naming_the_root(s3, tmp_path):
-    """As a missing directory is: exit 2, one error line naming the root, nothing written."""
+    """As a missing directory is: exit 2, one error line naming the root, nothing written, and the
+    same on every run after it (a failure record made the second run exit 0)."""
     out = tmp_path / "out.parquet"
-    result = refused("s3://no-such-bucket-here/tree", out)
-    assert result.exit_code == 2, result.output
-    assert result.stderr.splitlines() == ["gpucli: error: s3://no-such-bucket-here/tree: no such bucket "
-                                          "(NoSuchBucket (404)); check the bucket name in the URL and the region"]
-    assert result.stdout == "" and not out.exists() and not Path(f"{out}.failures.jsonl").exists()
-    assert SECRET not in result.output
+    for _ in range(3):
+        result = refused("s3://no-such-bucket-here/tree", out)
+        assert result.exit_code == 2, result.output
+        assert result.stderr.splitlines() == ["gpucli: error: s3://no-such-bucket-here/tree: no such bucket "
+                                              "(NoSuchBucket (404)); check the bucket name in the URL and the region"]
+        assert result.stdout == "" and list(tmp_path.iterdir()) == []
+        assert SECRET not in result.output
 
 
 def test_a_dry_run_refuses_a_missing_bucket_as_a_run_does(s3, tmp_path):
@@ -283,8 +285,9 @@ def test_a_root_the_credentials_may_not_list_is_refused_before_any_work(s3, buck
     result = refused(url, tmp_path / "out.parquet")
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [f"gpucli: error: {url}: access denied (AccessDenied (403)): the "
-                                          "credentials may not list it; check the policy (or the key) for this prefix"]
-    assert s3.traffic.object_gets == 0 and not (tmp_path / "out.parquet").exists()
+                                          "credentials may not list it; check the policy (or the key) for this prefix "
+                                          f"({roots.CREDENTIALS['s3fs']})"]
+    assert s3.traffic.object_gets == 0 and list(tmp_path.iterdir()) == []
 
 
 def test_an_object_root_is_read_where_only_listings_are_denied(s3, bucket, tmp_path):
@@ -295,11 +298,48 @@ def test_an_object_root_is_read_where_only_listings_are_denied(s3, bucket, tmp_p
     assert refused(f"s3://{bucket}/tree", tmp_path / "other.parquet").exit_code == 2
 
 
-def test_a_root_whose_listing_keeps_failing_is_a_failure_record_not_a_refusal(s3, bucket, tmp_path, quick_retries):
-    """A store fault is no fault of the command: the walk retries it and a rerun tries again."""
+def test_a_root_whose_listing_keeps_failing_is_a_run_error_every_time(s3, bucket, tmp_path, quick_retries):
+    """A store that keeps failing on the root after the retries: exit 3, one line, no failure
+    record and nothing on disk, on every run (a record at '.' made the second run exit 0, its
+    failure already known); a rerun once the store answers runs as a first run."""
     s3.faults.failing_list_prefixes = ("tree/",)
-    summary = run_fake([f"s3://{bucket}/tree"], tmp_path / "out.parquet")
-    assert summary.exit_code == 1 and [f["path"] for f in failures(summary)] == ["."], "a failure record, as before"
+    out = tmp_path / "out.parquet"
+    for _ in range(3):
+        result = refused(f"s3://{bucket}/tree", out)
+        assert result.exit_code == 3, result.output
+        assert result.stderr.splitlines() == [f"gpucli: error: s3://{bucket}/tree: cannot list it: the store kept "
+                                              "failing (after 4 attempts: InternalError (500)); nothing was written, "
+                                              "and a rerun tries again"]
+        assert result.stdout == "" and list(tmp_path.iterdir()) == []
+    s3.clear_faults()
+    assert run_fake([f"s3://{bucket}/tree"], out).succeeded == 5
+
+
+def test_no_credentials_is_a_usage_error_naming_where_they_are_looked_for_on_every_run(s3, tmp_path):
+    """The case of a cron job with no credentials in its environment, through the console script:
+    exit 2, one line naming the cause and where the credentials are looked for, no failure record,
+    nothing written in the directory it runs in; the same on every run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AWS_ENDPOINT_URL": s3.endpoint, "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+                "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true"})
+    work = tmp_path / "cwd"
+    work.mkdir()
+    for _ in range(3):
+        result = subprocess.run([sys.executable, "-m", "gpucli", "embed", "s3://no-such-bucket-xyz/", "--json"],
+                                capture_output=True, text=True, cwd=work, env=env, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == ["gpucli: error: s3://no-such-bucket-xyz: cannot list it "
+                                              "(NoCredentialsError: Unable to locate credentials); "
+                                              f"{roots.CREDENTIALS['s3fs']}"]
+        assert result.stdout == "" and list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_a_root_that_cannot_be_listed_is_refused_before_either_engine_writes(s3, tmp_path, engine):
+    """The check comes before the output is opened, and before Ray starts."""
+    result = refused("s3://no-such-bucket-here/tree", tmp_path / "out.parquet", "--engine", engine)
+    assert result.exit_code == 2 and "no such bucket" in result.stderr, result.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_out_to_a_bucket_is_refused_with_what_to_do_instead(s3, bucket):

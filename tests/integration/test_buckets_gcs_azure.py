@@ -22,8 +22,8 @@ pytest.importorskip("adlfs")
 pytest.importorskip("gcp_storage_emulator")
 
 from gpucli.app.cli import app  # noqa: E402
-from gpucli.core.errors import UsageError  # noqa: E402
-from gpucli.inputs.stores import retry  # noqa: E402
+from gpucli.core.errors import RunFailedError, UsageError  # noqa: E402
+from gpucli.inputs.stores import retry, roots  # noqa: E402
 from tests.fake_task import FAKE  # noqa: E402
 from tests.helpers import read_rows, run_fake, run_with, write_tree  # noqa: E402
 from tests.store_emulators import (  # noqa: E402
@@ -173,17 +173,40 @@ def test_a_listing_that_fails_on_a_later_page_prunes_nothing_under_its_prefix(st
 
 
 def test_a_bucket_that_does_not_exist_is_refused_before_any_work_naming_the_root(store, tmp_path):
-    """As a missing directory is: exit 2, one error line naming the root (a container on Azure), nothing written."""
+    """As a missing directory is: exit 2, one error line naming the root (a container on Azure),
+    nothing written, and the same on every run after it."""
     out, root = tmp_path / "out.parquet", f"{store.protocol}://no-such-bucket-here/tree"
-    result = CliRunner().invoke(app, ["embed", root, "--out", str(out), "--json", "--progress", "plain",
-                                      "--devices", "cpu"])
-    assert result.exit_code == 2, result.output
-    kind = "container" if store.protocol == "az" else "bucket"
-    [line] = result.stderr.splitlines()
-    assert line.startswith(f"gpucli: error: {root}: no such {kind} (") and line.endswith(f"check the {kind} name in "
-                                                                                         "the URL"), line
-    assert store.protocol != "az" or "(ContainerNotFound (404))" in line, "the store's own code, where it gives one"
-    assert result.stdout == "" and not out.exists() and not Path(f"{out}.failures.jsonl").exists()
+    for _ in range(3):
+        result = CliRunner().invoke(app, ["embed", root, "--out", str(out), "--json", "--progress", "plain",
+                                          "--devices", "cpu"])
+        assert result.exit_code == 2, result.output
+        kind = "container" if store.protocol == "az" else "bucket"
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"gpucli: error: {root}: no such {kind} (") and line.endswith(
+            f"check the {kind} name in the URL"), line
+        assert store.protocol != "az" or "(ContainerNotFound (404))" in line, "the store's own code, where it gives one"
+        assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_a_store_that_cannot_be_reached_is_a_run_error_every_time(store, bucket, tmp_path, monkeypatch,
+                                                                   quick_retries):
+    """Nothing listens where the store should be: after the retries, exit 3 with one line, no
+    failure record and nothing on disk, on every run (a record at '.' made the second run exit 0)."""
+    dead = "http://127.0.0.1:9"
+    if store.protocol == "gs":
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", dead)
+    else:
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", store.connection_string(dead))
+    root = f"{store.protocol}://{bucket}/tree"
+    for _ in range(3):
+        store.clear_cache()
+        result = CliRunner().invoke(app, ["embed", root, "--out", str(tmp_path / "out.parquet"), "--json",
+                                          "--progress", "plain", "--devices", "cpu"])
+        assert result.exit_code == 3, result.output
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"gpucli: error: {root}: cannot list it: the store kept failing (after 4 attempts: ")
+        assert line.endswith("nothing was written, and a rerun tries again"), line
+        assert result.stdout == "" and list(tmp_path.iterdir()) == []
 
 
 def test_many_keys_are_listed_a_page_at_a_time(store, monkeypatch):
@@ -204,7 +227,7 @@ def test_many_keys_are_listed_a_page_at_a_time(store, monkeypatch):
 
 
 def test_the_azurite_key_is_never_printed(azurite_server, tmp_path, monkeypatch, quick_retries):
-    """A real CLI run, a URL with the key in it, a store that cannot be reached (a failure record) and
+    """A real CLI run, a URL with the key in it, a store that cannot be reached (exit 3) and
     a wrong key (refused, exit 2), with and without GPUCLI_DEBUG's traceback: the summary, the log,
     the error line, the failures file hold no key."""
     server, key = azurite_server, azurite_server.secret
@@ -238,17 +261,14 @@ def test_the_azurite_key_is_never_printed(azurite_server, tmp_path, monkeypatch,
         assert key not in everything and wrong not in everything
         return result
 
-    dead = run("dead", server.connection_string("http://127.0.0.1:9"), debug=True)
-    summary = json.loads(dead.stdout)  # a store that cannot be reached: a failure record, a rerun tries again
-    assert dead.exit_code == 1 and summary["failed"] == 1, dead.output
-    record = Path(summary["failures_file"]).read_text()
-    assert "cannot list az://secrets/tree/" in record and "after 4 attempts" in record, record
-    assert key not in record and wrong not in record
+    dead = run("dead", server.connection_string("http://127.0.0.1:9"), debug=True)  # a store that cannot be reached
+    assert isinstance(dead.exception, RunFailedError) and "after 4 attempts" in str(dead.exception), dead.output
+    assert not (tmp_path / "dead.parquet").exists() and not (tmp_path / "dead.failures.jsonl").exists()
     denied = run("wrong", server.connection_string(key=wrong), debug=False)  # the command must change: exit 2
     assert denied.exit_code == 2 and denied.stdout == "", denied.output
     assert denied.stderr.splitlines() == ["gpucli: error: az://secrets/tree: access denied (AuthorizationFailure "
                                           "(403)): the credentials may not list it; check the policy (or the key) "
-                                          "for this prefix"]
+                                          f"for this prefix ({roots.CREDENTIALS['adlfs']})"]
     assert isinstance(run("wrong-debug", server.connection_string(key=wrong), debug=True).exception, UsageError)
 
 
@@ -269,3 +289,30 @@ def test_the_libraries_errors_are_classified():
     kinds.update({"az 503": (busy, retry.ErrorKind.TRANSIENT), "az 404": (gone, retry.ErrorKind.MISSING)})
     assert {name: retry.classify(exc) for name, (exc, _) in kinds.items()} == {n: k for n, (_, k) in kinds.items()}
     assert retry.short(busy) == "ServerBusy (503)" and retry.short(gone) == "ContainerNotFound (404)"
+
+
+def test_no_credentials_from_the_azure_and_google_chains_refuse_the_root_naming_where_they_are_looked_for(
+        azurite_server, monkeypatch):
+    """DefaultAzureCredential's and google.auth's own errors, as they raise them when no credential
+    is found (a real chain is not reachable from a test: it asks the cloud's metadata services):
+    exit 2 with one line, and the Azure chain's dozen lines of log are not printed beside it."""
+    import logging
+
+    from azure.core.exceptions import ClientAuthenticationError
+    from google.auth.exceptions import DefaultCredentialsError
+
+    from gpucli.inputs.stores import filesystems
+    from gpucli.inputs.stores.url import StoreUrl
+
+    for protocol, exc in (("az", ClientAuthenticationError("DefaultAzureCredential failed to retrieve a token from "
+                                                           "the included credentials.\nAttempted credentials: ...")),
+                          ("gs", DefaultCredentialsError("Your default credentials were not found."))):
+        refusal = roots._refusal(None, StoreUrl.parse(f"{protocol}://b/tree"), exc)
+        assert isinstance(refusal, UsageError) and "\n" not in str(refusal)
+        package = "adlfs" if protocol == "az" else "gcsfs"
+        assert str(refusal).startswith(f"{protocol}://b/tree: cannot list it ({type(exc).__name__}: ")
+        assert str(refusal).endswith(roots.CREDENTIALS[package])
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite_server.connection_string())
+    azurite_server.clear_cache()
+    filesystems.filesystem("az")
+    assert not logging.getLogger("azure.identity._credentials.chained").isEnabledFor(logging.WARNING)

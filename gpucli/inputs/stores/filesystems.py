@@ -55,8 +55,20 @@ def _emulated_gcs() -> bool:
     return os.environ.get("STORAGE_EMULATOR_HOST", "") not in ("", "default")
 
 
+def _quiet_azure_identity() -> None:
+    """DefaultAzureCredential logs its whole chain of attempts (a dozen lines) as a warning before
+    it raises the same text; the error it raises is gpucli's one line (roots.py): that log's
+    warnings are not shown a second time."""
+    import logging
+
+    logging.getLogger("azure.identity").setLevel(logging.ERROR)
+
+
 def _open(protocol: str, package: str) -> Any:
     import fsspec
+
+    if package == "adlfs":
+        _quiet_azure_identity()
 
     if package == "gcsfs" and _emulated_gcs():
         # gcsfs's default class (ExtendedGcsFileSystem) first asks the Storage Control gRPC API
