@@ -30,6 +30,7 @@ class RunSummary:
     rows_per_s: float = 0.0  # rows / elapsed_s: the progress's rows/s
     items_per_s: float = 0.0  # model items (embed: chunks; transcribe: speech chunks) per second; kept for scripts
     exit_code: int = 0
+    error: str = ""  # a run that failed (exit 3: disk full, found no input...): its one-line error, as on stderr
     failed_known: int = 0  # of `failed`: inputs that had failed before and have not changed since
     unknown_tokens: int = 0  # of `failed`: texts in a language the model does not read (--allow-unknown-tokens)
     version: str = __version__

@@ -236,11 +236,14 @@ class Job:
         stages = {"read": self.clocks["read"].seconds, "write": write_s, "infer": infer_s, "queue": queue_s}
         s = outcome.summarize(self.summary, self.counts, time.monotonic() - self.started, stages, stopping, unfinished)
         s.exit_code = error.exit_code if error is not None else self._exit_code(stopping)
+        if error is not None:
+            s.error = str(error)  # the line the CLI prints; --json's summary carries it (issue 46)
         return s
 
     def _exit_code(self, stopping: int) -> int:
         """outcome.exit_code, saying first why a run that found no input failed."""
         empty = not stopping and outcome.found_nothing(self.config, self.counts)
         if empty:
-            self.progress.warn(outcome.nothing_found(self.config, self.inputs.report, self.task_cls, self.spec.model))
+            self.summary.error = outcome.nothing_found(self.config, self.inputs.report, self.task_cls, self.spec.model)
+            self.progress.warn(self.summary.error)
         return outcome.exit_code(self.config, self.summary, stopping, empty)

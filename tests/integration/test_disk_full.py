@@ -80,6 +80,7 @@ def check_full_disk_run(result: subprocess.CompletedProcess, where: Path) -> dic
     assert "Traceback" not in result.stderr
     summary = json.loads(result.stdout)
     assert summary["exit_code"] == 3
+    assert "gpucli: error: " + summary["error"] == errors[0], "--json's summary carries the error line"
     return summary
 
 

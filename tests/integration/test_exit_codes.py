@@ -41,6 +41,7 @@ def test_an_unchanged_rerun_is_not_empty_and_the_summary_says_when_and_where(tre
     assert rerun.exit_code == EXIT_OK and rerun.unchanged == 1
     data = first.to_dict()
     assert data["version"] and data["started_at"] <= data["finished_at"] and data["devices"] == ["cpu"]
+    assert data["error"] == "", "only a run that failed has an error"
 
 
 def _no_input_line(capsys) -> str:
@@ -75,8 +76,11 @@ def test_an_empty_root_says_it_may_be_unmounted_and_leaves_nothing_behind(tmp_pa
     empty.mkdir()
     config = RunConfig(task=FAKE, paths=(str(empty),), out=str(tmp_path / "out.parquet"), progress="plain",
                        devices="cpu")
-    assert run(config).exit_code == EXIT_RUN_FAILED
-    assert "unmounted" in _no_input_line(capsys)
+    summary = run(config)
+    assert summary.exit_code == EXIT_RUN_FAILED
+    line = _no_input_line(capsys)
+    assert "unmounted" in line
+    assert summary.to_dict()["error"] and line.endswith(summary.error), "--json's summary carries the line"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mnt"]
 
 
