@@ -14,6 +14,7 @@ Only plain data lives here: these objects are pickled across spawned processes.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,9 +225,22 @@ class Failure:
     def __post_init__(self) -> None:
         if not isinstance(self.stage, Stage):
             object.__setattr__(self, "stage", Stage(self.stage))  # an unknown word raises: a typo, a bug
+        if " object at 0x" in self.error:
+            object.__setattr__(self, "error", naming_the_input(self.error, self.path))
 
     def to_dict(self) -> dict[str, str]:
         return {"path": self.path, "stage": self.stage.value, "error": self.error}
+
+
+OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
+def naming_the_input(error: str, path: str) -> str:
+    """A library's error with the input named where it named our object: Pillow's "cannot identify
+    image file <_io.BytesIO object at 0x7f...>" (the bytes gpucli handed it) says nothing to a
+    reader of the failures file, and differs on every run. Every failure record goes through here,
+    whichever decoder or library raised (issue 46)."""
+    return OBJECT_REPR.sub(repr(path), error)
 
 
 UNKNOWN_TOKENS = "unknown_tokens"  # a Failure's cause: the model cannot read the text's language

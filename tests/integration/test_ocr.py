@@ -210,6 +210,22 @@ def test_ocr_on_reads_image_files_and_a_broken_one_is_a_failure_record(tree):
     assert recall(" ".join(IMAGE_PAGE), " ".join(r["text"] for r in got)) >= 0.9
 
 
+def test_a_file_that_is_no_image_is_a_failure_record_naming_it_not_an_object_of_ours(tree):
+    """Pillow names the file object it was handed: the record said "cannot identify image file
+    <_io.BytesIO object at 0x7f...>" (issue 46); it names the input."""
+    odd = tree / "odd-images"
+    odd.mkdir()
+    (odd / "notes.png").write_text("a text file with an image's name", encoding="utf-8")
+    (odd / "header.png").write_bytes(png(scanned(text_pdf([IMAGE_PAGE]))[0])[:6])  # cut inside the signature
+    result, summary = embed(str(odd), "--out", str(tree / "odd.parquet"), "--ocr", "on")
+    assert result.exit_code == 1 and summary["failed"] == 2, result.stderr
+    records = failures(summary)
+    for name in ("notes.png", "header.png"):
+        assert records[name]["stage"] == "decode"
+        assert records[name]["error"] == ("not a valid image file (UnidentifiedImageError: cannot identify image "
+                                          f"file '{name}')"), records[name]
+
+
 def test_without_ocr_on_an_image_is_not_an_input_and_with_it_is_read_as_ocr(tree):
     def formats(*flags: str) -> dict[str, str]:
         result = CliRunner().invoke(app, ["embed", str(tree / "docs"), "--out", str(tree / "dry.parquet"),
