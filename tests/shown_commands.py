@@ -46,8 +46,8 @@ def note_before(text: str, start: int) -> str:
 
 
 def commands_in(line: str) -> list[tuple[list[str], dict[str, str]]]:
-    """The gpucli commands of one shell line: after `&&`, `;`, `|`, `--` (ray job submit) or
-    environment assignments; redirections dropped."""
+    """The gpucli commands of one shell line (`gpucli` or a venv's `.../bin/gpucli`): after `&&`,
+    `;`, `|`, `--` (ray job submit) or environment assignments; redirections dropped."""
     found = []
     for part in re.split(r"&&|;|\|", line):
         try:
@@ -58,9 +58,9 @@ def commands_in(line: str) -> list[tuple[list[str], dict[str, str]]]:
         while tokens and ENV.match(tokens[0]):
             key, _, value = tokens.pop(0).partition("=")
             env[key] = value
-        if "gpucli" not in tokens:
+        at = next((i for i, token in enumerate(tokens) if token == "gpucli" or token.endswith("/bin/gpucli")), None)
+        if at is None:  # a venv's script by its absolute path (cron) is gpucli too
             continue
-        at = tokens.index("gpucli")
         if at and tokens[at - 1] != "--":
             continue
         argv, skip = [], False

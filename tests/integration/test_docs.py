@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT
-from tests.shown_commands import FENCE, PAGES, QUICK_START, RUNNABLE, SHOWN, TASKS, Shown
+from tests.shown_commands import FENCE, PAGES, QUICK_START, RUNNABLE, SHOWN, TASKS, Shown, commands_in
 
 
 def _cli():
@@ -210,3 +210,49 @@ def test_every_python_snippet_runs_on_the_quick_start_output(where, code, sandbo
             if exc.name not in ("polars", "duckdb", "pandas"):
                 raise
     assert ran, f"{where}: no part of the snippet could run here"
+
+
+# --- what the commands leave behind ------------------------------------------------------------
+
+LEFT_IN_A_CHECKOUT = [  # one command per kind of output the README and docs/ show, run from the checkout's root
+    [*shlex.split(QUICK_START)[1:]],  # embed.parquet/, embed.parquet.gpucli/, embed.failures.jsonl
+    ["embed", "sample_data/docs", "--out", "docs.jsonl"],
+    ["embed", "sample_data/docs", "--out", "qdrant:./qdrant_data/docs"],
+    ["transcribe", "sample_data/wavs", "--out", "talks.parquet", "--subtitles", "srt"],
+]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_what_the_documented_commands_leave_in_a_checkout_git_ignores(tmp_path):
+    """The quick start and its neighbours leave outputs and state folders in the checkout they
+    run in (`embed.parquet.gpucli/`, `qdrant_data/` were untracked in `git status`): .gitignore
+    names them all (a few inputs each: the names are what is checked)."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "sample_data", checkout / "sample_data")
+    shutil.copy(ROOT / ".gitignore", checkout / ".gitignore")
+    git = ["git", "-C", str(checkout)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    for argv in LEFT_IN_A_CHECKOUT:
+        result = _run([*argv, "--limit", "2", "--quiet"], {}, checkout)
+        assert result.returncode in (0, 1), f"gpucli {' '.join(argv)}: {result.stderr[-2000:]}"
+    status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=all"], capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    left = sorted({line[3:].split("/")[0] for line in status if line.startswith("??")})
+    assert left == [], f"not in .gitignore: {left}"
+    assert {p.name for p in checkout.iterdir()} >= {"embed.parquet.gpucli", "docs.jsonl", "qdrant_data",
+                                                    "talks.subtitles"}, "the commands ran and wrote"
+
+
+def test_a_cron_line_names_gpucli_by_its_absolute_path_and_the_docs_say_why():
+    """cron's PATH is /usr/bin:/bin: a bare `gpucli` there is "not found" (exit 127, an empty log)."""
+    lines = [line for text in PAGES.values() for fence in FENCE.finditer(text) if fence.group(1) == "cron"
+             for line in fence.group(2).splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert lines, "the docs show a cron line"
+    for line in lines:
+        assert len(commands_in(line)) == 1, f"one gpucli command, its options checked above: {line}"
+        assert re.search(r"\s/\S+/bin/gpucli\s", line) and not re.search(r"(^|[\s;&|])gpucli\s", line), line
+        assert ">>" in line and "2>>" in line, f"both streams to a log: {line}"
+    cron_page = PAGES[ROOT / "docs" / "incremental-and-cron.md"]
+    assert "/usr/bin:/bin" in cron_page and "command -v gpucli" in cron_page
