@@ -94,12 +94,17 @@ class SubtitleFiles:
 # --- composing -----------------------------------------------------------------------------------
 
 def cues(segments: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
-    """(start ms, end ms, text) per segment with text, in order. Times are whole milliseconds
-    (both formats' precision), never decreasing, and a cue never ends before it starts."""
+    """(start ms, end ms, text) per segment with text, in order, a text of one line broken into
+    at most two (tasks/_segments.py: lines; one that holds its own line breaks keeps them). Times
+    are whole milliseconds (both formats' precision), never decreasing, and a cue never ends
+    before it starts."""
+    from gpucli.tasks._segments import lines
+
     out: list[tuple[int, int, str]] = []
     last = 0
     for segment in segments:
-        text = "\n".join(line.strip() for line in str(segment["text"]).splitlines() if line.strip())
+        given = [line.strip() for line in str(segment["text"]).splitlines() if line.strip()]
+        text = "\n".join(given if len(given) > 1 else lines(given[0]) if given else [])
         if not text:
             continue
         start = max(last, round(float(segment["start"]) * 1000))

@@ -1,6 +1,8 @@
-"""faster-whisper in a transcribe worker: batched decoding of chunks of many files, and with
---word-timestamps their words' alignment (tasks/_word_times.py). The model's resolution and
-the compute type are tasks/transcribe.py's; this module only runs the model it is given.
+"""faster-whisper in a transcribe worker: batched decoding of chunks of many files, and their
+words' alignment (tasks/_word_times.py), from which a recording's segments are cut where its
+sentences and pauses are (tasks/_segments.py), and which --word-timestamps also keeps as a column.
+The model's resolution and the compute type are tasks/transcribe.py's; this module only runs the
+model it is given.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from gpucli.tasks._transcribe_options import TranscribeOptions
 class WhisperRunner:
     """faster-whisper's batched decoding, fed with chunks of many files: features for each
     chunk, one encoder call for the batch, one batched beam search (no timestamps, no
-    temperature fallback, as `BatchedInferencePipeline` does); with word times, one alignment
-    per language in the batch, as `BatchedInferencePipeline(word_timestamps=True)` does."""
+    temperature fallback, as `BatchedInferencePipeline` does); then one alignment per language in
+    the batch, as `BatchedInferencePipeline(word_timestamps=True)` does: always, since the words'
+    times are what a recording's segments are cut by (measured: a small part of the decoding's time,
+    benchmarks/subtitles.py)."""
 
     def __init__(self, path: str, device: str, threads: int, options: TranscribeOptions, compute_type: str) -> None:
         from faster_whisper import WhisperModel
@@ -56,8 +60,7 @@ class WhisperRunner:
             return_scores=True, return_no_speech_prob=True, sampling_temperature=0.0,
             repetition_penalty=1, no_repeat_ngram_size=0)
         outputs = [self._output(result, language) for result, language in zip(results, languages)]
-        if self.options.word_timestamps:
-            self._add_words(outputs, results, languages, features, encoded, [len(c) / _audio.SAMPLE_RATE for c in chunks])
+        self._add_words(outputs, results, languages, features, encoded, [len(c) / _audio.SAMPLE_RATE for c in chunks])
         return outputs
 
     def _languages(self, encoded: Any, count: int) -> list[str]:

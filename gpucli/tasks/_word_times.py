@@ -58,18 +58,22 @@ def segment_with_pieces(pcm: np.ndarray, vad: bool, max_chunk_s: float) -> list[
     return out
 
 
-def to_recording(words: list[dict[str, Any]], pieces: list, start: float, end: float) -> list[dict[str, Any]]:
+def to_recording(words: list[dict[str, Any]], pieces: list, start: float, end: float,
+                 spelled: bool = False) -> list[dict[str, Any]]:
     """A chunk's words, their times moved from the chunk's speech into the recording, within
     the chunk's span [start, end]. Both ends of a word move by the piece that holds its middle,
     as faster-whisper's `restore_speech_timestamps` maps them: a word that ends a hair past its
-    clip (the alignment's frames are 20 ms) must not be stretched across the silence VAD removed."""
+    clip (the alignment's frames are 20 ms) must not be stretched across the silence VAD removed.
+    `spelled`: each word's text as Whisper spelled it (its leading space kept: tasks/_segments.py
+    joins them), else stripped (the `words` column)."""
     out = []
     for w in words:
         if not str(w["word"]).strip():
             continue
         first, last = float(w["start"]), float(w["end"])
         shift = _shift(pieces, (first + last) / 2, start)
-        out.append({"word": str(w["word"]).strip(), "start": _within(first + shift, start, end),
+        out.append({"word": str(w["word"]) if spelled else str(w["word"]).strip(),
+                    "start": _within(first + shift, start, end),
                     "end": _within(last + shift, start, end), "probability": float(w["probability"])})
     return out
 

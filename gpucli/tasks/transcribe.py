@@ -6,7 +6,8 @@ into chunks of at most 30 s, each an item whose cost is its audio seconds. Worke
 model each; a batch holds chunks from many files and runs as one encoder pass and one
 beam search (faster-whisper's batched pipeline, across files instead of within one). The
 parent then joins each file's chunks into one row with segment timestamps in the
-recording's own time.
+recording's own time, cut into segments where its sentences and pauses are, from the words'
+times that Whisper's alignment gives (tasks/_segments.py: a cue each, as subtitle guides size them).
 
 Whisper decoding matches `BatchedInferencePipeline.transcribe(audio, beam_size=5,
 vad_filter=True)`: same decoder, VAD settings, chunking, prompt and search options.
@@ -15,8 +16,10 @@ Subtitles and word times (issue 43, docs/subtitles.md): `--subtitles srt|vtt` wr
 per recording from its merged row in `finish` (the parent), atomically, before its part is
 durable: a file may run ahead of the ledger, never behind it, and a recording read again loses
 its old file first, so one that now fails has none (the rules: tasks/_subtitles.py).
-`--word-timestamps` aligns words in the worker and maps them into the recording's time in the
-parent (tasks/_word_times.py); funasr models cannot, and say so (exit 2).
+Whisper's words are aligned in the worker and mapped into the recording's time in the parent
+(tasks/_word_times.py) on every run, for the segments; `--word-timestamps` keeps them as the
+`words` column too. funasr models give no word times: their segments are their chunks, and
+`--word-timestamps` says so (exit 2).
 
 Its size (over 400 lines): one file per task holds both decoders' resolution and Whisper's
 decoding set-up; options are tasks/_transcribe_options.py, audio decoding and VAD
@@ -35,7 +38,7 @@ from typing import Any
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Item, Source
 from gpucli.models.hub import COMMIT, ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
-from gpucli.tasks import _audio, _funasr, _subtitles, _word_times
+from gpucli.tasks import _audio, _funasr, _loudness, _segments, _subtitles, _word_times
 from gpucli.tasks._transcribe_options import TranscribeOptions
 from gpucli.tasks._whisper import WhisperRunner
 from gpucli.tasks.base import ModelEntry, Task
@@ -283,33 +286,43 @@ class TranscribeTask(Task):
             self.subtitle_files.remove(source.path)
         pcm = _audio.decode(data, self.options.max_duration_s)
         duration = round(len(pcm) / _audio.SAMPLE_RATE, 3)
-        if self.options.word_timestamps:  # each chunk's pieces, to map its words back (tasks/_word_times.py)
+        backend = getattr(self, "backend", "") or resolve_backend(self.spec.model)[0]  # set by open
+        words = backend == WHISPER  # each chunk's pieces, to map its words back (tasks/_word_times.py)
+        if words:
             pairs = _word_times.segment_with_pieces(pcm, self.options.vad, self.options.max_chunk_s)
+            rms = _loudness.frame_rms(pcm, _audio.SAMPLE_RATE)  # where each segment's speech ends
+            limit = _loudness.threshold(rms)
         else:
             pairs = [(c, None) for c in _audio.segment(pcm, self.options.vad, self.options.max_chunk_s)]
         del pcm
-        words = self.options.word_timestamps
         if not pairs:
             return [Item(source.id, 0, _empty_pcm(), 1, {"start": 0.0, "end": 0.0, "duration_s": duration,
                                                          **({"pieces": []} if words else {})})]
-        return [Item(source.id, i, c.pcm, _audio.cost_seconds(c), {"start": c.start, "end": c.end,
-                                                                   "duration_s": duration,
-                                                                   **({"pieces": p} if words else {})})
-                for i, (c, p) in enumerate(pairs)]
+        return [Item(source.id, i, c.pcm, _audio.cost_seconds(c), {
+            "start": c.start, "end": c.end, "duration_s": duration,
+            **({"pieces": p, "loudness": _loudness.span(rms, limit, c.start, c.end)} if words else {})})
+            for i, (c, p) in enumerate(pairs)]
 
     def row(self, item: Item, output: dict[str, Any]) -> dict[str, Any]:
         row = {**item.meta, "text": str(output["text"]), "language": output.get("language")}
-        if self.options.word_timestamps:
-            row["words"] = _word_times.to_recording(output["words"], item.meta["pieces"], item.meta["start"],
-                                                    item.meta["end"])
+        if "words" in output and "pieces" in item.meta:  # Whisper's: the recording's time, as spelled (segments)
+            row["spelled"] = _word_times.to_recording(output["words"], item.meta["pieces"], item.meta["start"],
+                                                      item.meta["end"], spelled=True)
         return row
 
     def finish(self, source: Source, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One row per file: the chunks' texts joined, one segment per chunk with text; its
-        subtitle file written from it (an error there fails the recording)."""
+        """One row per file: the chunks' texts joined; its segments cut where the sentences and
+        pauses are, from the words' times (tasks/_segments.py; one per chunk with text for a model
+        that gives no word times); its subtitle file written from them (an error there fails the
+        recording)."""
         merged = merge_rows(rows)
+        spelled = [w for r in rows for w in (r.get("spelled") or [])]
+        if spelled and all(r.get("spelled") or not r["text"].strip() for r in rows):
+            heard = _loudness.Heard(tuple(r["loudness"] for r in rows if r.get("loudness") is not None))
+            merged["segments"] = _segments.segments([_segments.Word(w["word"], w["start"], w["end"]) for w in spelled],
+                                                    merged["duration_s"], heard)
         if self.options.word_timestamps:
-            merged["words"] = _word_times.merged(rows)
+            merged["words"] = [{**w, "word": w["word"].strip()} for w in spelled]
         if getattr(self, "subtitle_files", None) is not None:
             self.subtitle_files.write(source.path, merged["segments"])
         return [merged]
@@ -330,8 +343,7 @@ class TranscribeTask(Task):
             self.runner = WhisperRunner(resolved.path, device, threads, self.options, compute)
 
     def predict(self, payloads: list[Any]) -> list[dict[str, Any]]:
-        outputs: list[dict[str, Any]] = [{"text": "", "language": self.options.language or None,
-                                          **({"words": []} if self.options.word_timestamps else {})}
+        outputs: list[dict[str, Any]] = [{"text": "", "language": self.options.language or None, "words": []}
                                          for _ in payloads]
         live = [i for i, p in enumerate(payloads) if len(p)]
         if live:

@@ -57,7 +57,8 @@ def check_files(rows: list[dict], folder: Path, fmt: str) -> None:
     assert set(p for p in folder.rglob("*") if p.is_file()) == expected  # no partial file, no other
     for row in rows:
         cues = cues_of(folder / f"{row['path']}.{fmt}")
-        assert [c[2] for c in cues] == [s["text"] for s in row["segments"]]
+        assert [" ".join(c[2].split("\n")) for c in cues] == [s["text"] for s in row["segments"]]
+        assert all(len(line) <= 42 for c in cues for line in c[2].split("\n")) and all(c[2].count("\n") <= 1 for c in cues)
         assert [c[:2] for c in cues] == [(round(s["start"], 3), round(s["end"], 3)) for s in row["segments"]]
         starts = [c[0] for c in cues]
         assert starts == sorted(starts) and all(start <= end for start, end, _ in cues)
@@ -118,6 +119,56 @@ def test_words_match_a_direct_faster_whisper_call_through_vads_silences(whisper_
         assert 0 <= mine["probability"] <= 1
         assert mine["end"] - mine["start"] < 2.5, mine  # no word spans a removed silence
     assert [w["start"] for w in row["words"]] == sorted(w["start"] for w in row["words"])
+
+
+def sentences_with_pauses(order: tuple[int, ...], pauses_s: tuple[float, ...]) -> tuple[bytes, list[float]]:
+    """The one-sentence clips of sample_data/wavs in `order`, `pauses_s[i]` of silence after clip i,
+    and where each sentence's speech really ends (its last sample louder than the padding)."""
+    pcm = [_audio.decode(data) for data in clips_all().values()]
+    pieces, ends, at = [], [], 0
+    for i, clip in enumerate(order):
+        loud = np.nonzero(np.abs(pcm[clip].astype(np.int32)) > 400)[0]
+        ends.append((at + loud[-1]) / 16000)
+        pieces.append(pcm[clip])
+        at += len(pcm[clip])
+        if i < len(pauses_s):
+            pieces.append(np.zeros(int(pauses_s[i] * 16000), np.int16))
+            at += int(pauses_s[i] * 16000)
+    return wav_bytes(np.concatenate(pieces)), ends
+
+
+def clips_all() -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path, _ in samples()}
+
+
+@pytest.mark.parametrize(("order", "pauses"), [
+    pytest.param((0, 1, 2, 3), (1.5, 1.5, 1.5), id="four-sentences-1.5s-pauses"),  # was one cue of 22 s
+    pytest.param((0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5), (0.15, 0.6, 0.2, 1.0, 0.1, 0.3, 0.15, 0.8, 0.1, 0.2, 0.5),
+                 id="twelve-sentences-short-pauses"),  # 30-second windows cut mid-sentence; some pauses < 0.5 s
+])
+def test_segments_and_cues_follow_the_sentences_and_fit_a_subtitle(whisper_plain, tmp_path, order, pauses):
+    """Without --word-timestamps: the row's segments (and so the cues) end where the sentences end
+    (within 0.3 s), each fits two lines of 42 characters and 7 s, none is a 30-second window."""
+    from gpucli.tasks._subtitles import cues
+
+    data, ends = sentences_with_pauses(order, pauses)
+    row = run_task(whisper_plain, [("talk.wav", data)])["talk.wav"]
+    segments = row["segments"]
+    assert "words" not in row
+    boundaries = [t for s in segments for t in (s["start"], s["end"])]
+    missed = [round(end, 2) for end in ends if min(abs(end - b) for b in boundaries) > 0.3]
+    assert not missed, (missed, [(s["start"], s["end"], s["text"]) for s in segments])
+    assert len(segments) >= len(order)
+    for start, end, text in cues(segments):
+        assert (end - start) / 1000 <= 7.0 and text.count("\n") <= 1 and all(len(line) <= 42 for line in text.split("\n"))
+    assert " ".join(s["text"] for s in segments) == " ".join(row["text"].split())
+
+
+@pytest.fixture(scope="module")
+def whisper_plain():
+    task = new_task()
+    task.setup("cpu")
+    return task
 
 
 def test_funasr_models_refuse_word_timestamps():

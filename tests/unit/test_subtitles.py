@@ -23,7 +23,7 @@ SEGMENTS = [
     {"start": 12.0, "end": 12.0, "text": "   "},  # no text: no cue
     {"start": 3725.5, "end": 3730.25, "text": "line one\n\n\nline two"},  # past an hour; a blank line inside
 ]
-TEXTS = ["The quick brown fox.", "Fish & chips <b>not bold</b> --> still text", "line one\nline two"]
+TEXTS = ["The quick brown fox.", "Fish & chips <b>not\nbold</b> --> still text", "line one\nline two"]  # 43 > 42: two lines
 TIMES = [(0.4, 3.98), (7.86, 10.86), (3725.5, 3730.25)]
 
 
