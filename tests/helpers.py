@@ -252,6 +252,9 @@ class FakeOutput:
         self.sink.calls.append("ledger.commit")
         self.committed.append(([s.path for s in sources], rows, location))
 
+    def commit_part(self, table: Any, sources: list[Any], rows: list[int]) -> None:
+        self.commit(sources, rows, self.sink.write(table))
+
 
 def make_accounts() -> tuple[Any, FakeOutput]:
     """Accounts over the fake task and a fake output (gpucli/output/accounts.py)."""

@@ -12,7 +12,8 @@ a `Source` itself is never changed once the reader made it).
    costs one disk sync per commit, not one per failure, and never one on the loop);
 2. the unchanged inputs' stat, one transaction;
 3. the part: the sink makes it durable, then the ledger marks its inputs done (the rule at the
-   top of gpucli/output/ledger.py: nothing is marked done that is not durable).
+   top of gpucli/output/ledger.py: nothing is marked done that is not durable); where the ledger
+   lives in the store (PostgreSQL), rows and entries in one transaction (Output.commit_part).
 
 Failures go first so that a sink that fails (a full disk) still leaves them on record. Back on
 the loop, `Accounts.durable(Committed)` counts what the commit made durable.
@@ -85,7 +86,7 @@ class Recorder(Protocol):
 
     def unchanged(self, sources: list[Source]) -> None: ...
 
-    def commit(self, sources: list[Source], rows: list[int], location: str | None) -> None: ...
+    def commit_part(self, table: Any, sources: list[Source], rows: list[int]) -> None: ...
 
 
 def write(output: Recorder, commit: Commit) -> Committed:
@@ -95,6 +96,5 @@ def write(output: Recorder, commit: Commit) -> Committed:
         output.unchanged(list(commit.unchanged))
     if commit.table is None:
         return Committed(commit.source_ids, 0, known)
-    location = output.sink.write(commit.table)
-    output.commit(list(commit.inputs), list(commit.rows), location)
+    output.commit_part(commit.table, list(commit.inputs), list(commit.rows))
     return Committed(commit.source_ids, commit.table.num_rows, known)

@@ -97,7 +97,7 @@ class Output:
     def __init__(self, target: str, incremental: bool = True, state_dir: str = "") -> None:
         self.sink: Sink = NamedErrors(open_sink(target, state_dir=state_dir))  # type: ignore[assignment]
         self.incremental = incremental
-        self.lock = RunLock(self.sink.state_dir)
+        self.lock: RunLock = self.sink.run_lock()
         self.ledger: Ledger | None = None
         self.failures: FailureLog | None = None
         self.pruned: set[str] = set()
@@ -113,7 +113,9 @@ class Output:
         """The settings this output was made with (ledger.made_with; read where an earlier gpucli
         kept them until this run's open moves them), or None when this run makes it anew (a new
         output, or --full)."""
-        return made_with(ledger_dir(self.sink)) if self.incremental else None
+        if not self.incremental:
+            return None
+        return self.sink.made_with() if self.sink.ledger_in_store else made_with(ledger_dir(self.sink))
 
     def open(self, schema: Any, metadata: dict[str, str], settings: dict[str, Any]) -> None:
         """Take the lock (or raise LockedError), open the sink, check the settings against the
@@ -173,7 +175,10 @@ class Output:
 
     def _open_ledger(self, settings: dict[str, Any], version: str) -> Ledger:
         """Order matters at every step: see the rules at the top of ledger.py."""
-        ledger = open_ledger(self.sink.state_dir, version, self.incremental, self.notices)
+        if self.sink.ledger_in_store:  # PostgreSQL: the ledger in the same database as the rows
+            ledger = self.sink.open_ledger(version)
+        else:
+            ledger = open_ledger(self.sink.state_dir, version, self.incremental, self.notices)
         try:
             self._publish_pending(ledger)
             if ledger.resetting():  # a --full killed between emptying the ledger and the sink
@@ -259,6 +264,15 @@ class Output:
     def commit(self, sources: list[Source], rows: list[int], location: str | None) -> None:
         """After the sink made these rows durable."""
         self.ledger.mark_done(sources, rows, location)
+
+    def commit_part(self, table: Any, sources: list[Source], rows: list[int]) -> None:
+        """A part: made durable by the sink, then its inputs marked done; or, where the ledger lives
+        in the store (PostgreSQL), the rows, the removal of the rows they replace and the ledger
+        entries in one transaction."""
+        if self.sink.ledger_in_store:
+            self.ledger.write_done(table, sources, rows)
+        else:
+            self.commit(sources, rows, self.sink.write(table))
 
     def failed(self, failures: list[Failure]) -> int:
         """Failure records, in the failures file and then the ledger (one transaction for all);

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,6 +31,10 @@ class Sink:
     name: ClassVar[str] = ""
     help: ClassVar[str] = ""
     reads_back: ClassVar[bool] = False  # whether `rows_of` reads rows back (copies of content: gpucli/output/dedup.py)
+    # whether the ledger lives in the store itself (PostgreSQL): a part's rows and its ledger entries
+    # then commit in one transaction of the store (`open_ledger(...).write_done`), never `write` then
+    # `mark_done`; such a sink also has its own `run_lock` and `made_with`
+    ledger_in_store: ClassVar[bool] = False
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -66,6 +70,12 @@ class Sink:
         `state_dir`; a note for the run's log when it moved (once: the next run finds nothing to
         move). A sink whose move needs its lock makes it in `open` instead (Qdrant's)."""
         return None
+
+    def run_lock(self) -> Any:
+        """The lock that keeps a second run off this output: a flock in `state_dir` (lock.py)."""
+        from gpucli.output.lock import RunLock
+
+        return RunLock(self.state_dir)
 
     def open(self, schema: pa.Schema, metadata: dict[str, str]) -> None:
         """Prepare the output (create the directory or collection, check dims).
