@@ -49,7 +49,7 @@ COMMON_KEYS = ("model", "task", "version", "model_path", "model_source", "model_
 @dataclass
 class Report:
     out: str
-    format: str  # "parquet" | "jsonl" | "qdrant"
+    format: str  # "parquet" | "jsonl" | "qdrant" | "lancedb" | "postgresql"
     task: str = ""
     model: str = ""
     dims: int | None = None
@@ -90,6 +90,10 @@ def inspect_output(where: str) -> Report:
 
 
 def _inspect(where: str) -> Report:
+    from gpucli.output.sinks.postgres.target import is_postgres
+
+    if is_postgres(where):
+        return _inspect_postgres(where)
     layout = locate(where)
     ledger = _open_ledger(layout.ledger)
     try:
@@ -111,17 +115,18 @@ def locate(where: str) -> Layout:
     """The output's layout, from the sink that writes it (so its ledger is where runs keep it),
     or a UsageError naming what a gpucli output looks like."""
     from gpucli.output.sinks import open_sink
+    from gpucli.output.sinks.lancedb.target import is_lancedb
     from gpucli.output.sinks.qdrant import is_qdrant
 
-    qdrant = is_qdrant(where)
+    qdrant, lance = is_qdrant(where), is_lancedb(where)
     path = Path(where)
-    if not qdrant and not path.exists():
+    if not qdrant and not lance and not path.exists():
         raise UsageError(f"{where}: no such file or directory")
     try:
         sink = open_sink(where)  # builds paths only: no connection, no file touched
     except UsageError:
         sink = None  # a directory or file not named as gpucli names outputs: where 0.1 kept the ledger
-    fmt = "qdrant" if qdrant else "parquet" if path.is_dir() else "jsonl"
+    fmt = "qdrant" if qdrant else "lancedb" if lance else "parquet" if path.is_dir() else "jsonl"
     layout = _layout(path, fmt, sink)
     if not layout.ledger.is_file():
         raise UsageError(f"{where}: not a gpucli output (no ledger at {layout.ledger}); give the --out of a "
@@ -138,7 +143,7 @@ def _layout(path: Path, fmt: str, sink: Any) -> Layout:
         state = next((d for d in places if (d / LEDGER).is_file()), places[0])
         return Layout(path, fmt, state / LEDGER, path.with_suffix(".failures.jsonl"))
     ledger = ledger_dir(sink) / LEDGER
-    return Layout(Path(sink.display) if fmt == "qdrant" else path, fmt, ledger, Path(sink.failures_path))
+    return Layout(Path(sink.display) if fmt in ("qdrant", "lancedb") else path, fmt, ledger, Path(sink.failures_path))
 
 
 def _open_ledger(path: Path) -> ReadOnlyLedger:
@@ -167,6 +172,8 @@ def _metadata(layout: Layout, settings: dict[str, Any]) -> dict[str, str]:
         parts = _parts(layout.out)
         if parts:
             found.update(_part_metadata(parts[-1]))
+    if layout.format == "lancedb":
+        found.update(_lance_metadata(str(layout.out)))
     return {k.removeprefix("gpucli."): v for k, v in found.items() if k.startswith("gpucli.")}
 
 
@@ -203,6 +210,8 @@ def _count_ledger(report: Report, ledger: ReadOnlyLedger, layout: Layout) -> Non
         parts = _parts(layout.out)
         report.parts, report.rows = len(parts), sum(_part_rows(p) for p in parts)
         _describe_parts(report, parts)
+    elif layout.format == "lancedb":  # the table's own count: what a reader of it gets
+        report.rows = _lance_rows(str(layout.out))
     else:  # JSON lines and Qdrant: the rows the ledger knows are written
         report.rows = int(ledger.done_rows())
     times = [t for t in (ledger.last_update(), _mtime(layout.failures)) if t]
@@ -238,6 +247,77 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:  # removed by a run since it was listed
         return 0
+
+
+def _lance_metadata(where: str) -> dict[str, str]:
+    from gpucli.output.sinks.lancedb.target import lancedb_module, parse_target
+
+    target = parse_target(where)
+    if not Path(target.path).is_dir():
+        return {}
+    schema = lancedb_module().connect(target.directory).open_table(target.table).schema
+    return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in (schema.metadata or {}).items()}
+
+
+def _lance_rows(where: str) -> int:
+    from gpucli.output.sinks.lancedb.target import lancedb_module, parse_target
+
+    target = parse_target(where)
+    if not Path(target.path).is_dir():
+        return 0
+    return lancedb_module().connect(target.directory).open_table(target.table).count_rows()
+
+
+def _inspect_postgres(where: str) -> Report:
+    """A PostgreSQL output: its ledger and rows in the database (read in one transaction, no lock
+    taken), its failures file in the per-user state directory."""
+    from gpucli.output.sinks import open_sink
+    from gpucli.output.sinks.postgres.store import Store
+
+    sink = open_sink(where)
+    target, store = sink.parsed, Store(sink.parsed)
+    schema, output = target.schema, target.qualified
+
+    def read(c: Any) -> tuple[Any, ...]:
+        if not c.execute("select to_regclass(%s) is not null", (f"{schema}.gpucli_meta",)).fetchone()[0]:
+            return None, {}, 0, None, None
+        settings = c.execute(f"select value from {schema}.gpucli_meta where output=%s and key='settings'",
+                             (output,)).fetchone()
+        counts = dict(c.execute(f"select status, count(*) from {schema}.gpucli_inputs where output=%s group by status",
+                                (output,)).fetchall())
+        last = c.execute(f"select max(updated) from {schema}.gpucli_inputs where output=%s", (output,)).fetchone()[0]
+        exists = c.execute("select to_regclass(%s) is not null", (output,)).fetchone()[0]
+        rows = c.execute(f"select count(*) from {output}").fetchone()[0] if exists else 0
+        comment = c.execute("select obj_description(%s::regclass, 'pg_class')", (output,)).fetchone()[0] \
+            if exists else None
+        return settings, counts, rows, last, comment
+
+    try:
+        settings_row, counts, rows, last, comment = store.transaction("reading the ledger", read)
+    finally:
+        store.close()
+    if settings_row is None:
+        raise UsageError(f"{where}: not a gpucli output (no gpucli ledger entry for {output} in that database)")
+    try:
+        settings = json.loads(settings_row[0])
+    except ValueError:
+        settings = {}
+    failures = Path(sink.failures_path)
+    report = Report(target.display, "postgresql", failures_file=str(failures.absolute()))
+    try:
+        stored = json.loads(comment) if comment else {}
+    except ValueError:
+        stored = {}
+    info = {**(settings.get("info") if isinstance(settings.get("info"), dict) else {}),
+            **(stored if isinstance(stored, dict) else {})}
+    _describe(report, {k.removeprefix("gpucli."): str(v) for k, v in info.items() if k.startswith("gpucli.")},
+              settings)
+    report.inputs_done, report.inputs_failed = counts.get(Status.DONE.stored, 0), counts.get(Status.FAILED.stored, 0)
+    report.rows = int(rows)
+    times = [t for t in (last, _mtime(failures)) if t]
+    report.last_run = _iso(max(times)) if times else None
+    _count_failures(report, failures)
+    return report
 
 
 def _part_rows(part: Path) -> int:

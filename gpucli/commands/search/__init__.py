@@ -18,6 +18,8 @@ rank fusion, score = sum 1 / (60 + rank), in Qdrant by `query_points` with both 
     parquet   the Parquet index; parts: its part files, read without pyarrow.dataset
     jsonl     the JSON lines index
     qdrant    the Qdrant index
+    postgres  a PostgreSQL table, searched by the server (pgvector)
+    lance     a LanceDB table, searched by Lance
     query     the query's vector (words or an image) and its BM25 terms
     runtime   which runtime embeds the query
     printing  the hits on stdout, one line about the search on stderr
@@ -39,6 +41,8 @@ from gpucli.commands.search.qdrant import QdrantIndex
 from gpucli.commands.search.query import embed_image_query, embed_queries, embed_query, query_terms
 from gpucli.core.errors import GpucliError, RunFailedError, UsageError
 from gpucli.core.notes import library_notes
+from gpucli.output.sinks.lancedb.target import is_lancedb
+from gpucli.output.sinks.postgres.target import is_postgres
 from gpucli.output.sinks.qdrant import is_qdrant
 
 __all__ = ["MODES", "Hit", "JsonlIndex", "ParquetIndex", "QdrantIndex", "SearchResult", "embed_image_query",
@@ -62,6 +66,14 @@ def search(where: str, query: str, k: int = 10, image: str = "", mode: str = "de
 def open_index(where: str) -> Index:
     if is_qdrant(where):
         return QdrantIndex(where)
+    if is_postgres(where):
+        from gpucli.commands.search.postgres import PostgresIndex  # psycopg: the postgres extra
+
+        return PostgresIndex(where)
+    if is_lancedb(where):
+        from gpucli.commands.search.lance import LanceIndex  # lancedb: the lancedb extra
+
+        return LanceIndex(where)
     if where.lower().endswith(".jsonl") and Path(where).is_file():
         return JsonlIndex(where)
     return ParquetIndex(where)
