@@ -213,3 +213,21 @@ def test_without_lancedb_the_output_is_refused_naming_the_extra(tree):
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 2, result.stderr
     assert "pip install 'gpucli[lancedb]'" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_ray_engine_writes_from_its_driver_and_the_local_rerun_finds_everything_done(ray_session, tree, tmp_path):
+    from tests.fake_task import FAKE
+    from tests.helpers import run_with
+
+    root = tree({f"d{i % 3}/f{i:02d}.txt": f"alpha {i}\nbeta {i}\n" for i in range(24)})
+    out = f"lancedb:{tmp_path / 'db'}/docs"
+    summary = run_with("ray", FAKE, [root], out)
+    assert summary.exit_code == 0 and summary.rows == 48
+    assert Counter(r["path"] for r in table(tmp_path).to_arrow().to_pylist()) == {p: 2 for p in
+                                                                                   map(str, _relative(root))}
+    assert run_fake([root], out).unchanged == 24
+
+
+def _relative(root):
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.txt"))

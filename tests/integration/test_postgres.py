@@ -302,3 +302,16 @@ def test_inspect_reads_the_ledger_and_table_and_no_password_is_ever_shown(pg, db
     assert report["format"] == "postgresql" and report["rows"] == 2 and report["inputs_done"] == 1
     assert report["inputs_failed"] == 1 and report["failures"] == 1 and report["model"] == "fake-model"
     assert PASSWORD not in shown.output
+
+
+@pytest.mark.slow
+def test_the_ray_engine_writes_from_its_driver_and_the_local_rerun_finds_everything_done(ray_session, pg, db, tree):
+    from tests.fake_task import FAKE
+    from tests.helpers import run_with
+
+    root = tree({f"d{i % 3}/f{i:02d}.txt": f"alpha {i}\nbeta BOOM {i}\n" if i == 5 else f"alpha {i}\nbeta {i}\n"
+                 for i in range(24)})
+    summary = run_with("ray", FAKE, [root], pg.out(db))
+    assert summary.exit_code == 1 and summary.succeeded == 23 and summary.failed == 1 and summary.rows == 46
+    assert_whole(pg, db)
+    assert run_fake([root], pg.out(db)).unchanged == 23
