@@ -70,5 +70,6 @@ class PgServer:
             self.ctl("-m", "immediate", "stop")
         except Exception:  # noqa: BLE001 - already stopped
             pass
+        self.server._postmaster_info = None  # stopped above (a restart left pgserver a stale pid): only delete
         self.server.cleanup()
         shutil.rmtree(self.base, ignore_errors=True)

@@ -231,3 +231,16 @@ def test_the_ray_engine_writes_from_its_driver_and_the_local_rerun_finds_everyth
 
 def _relative(root):
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.txt"))
+
+
+def test_the_reading_block_of_the_docs_runs_on_a_table_gpucli_wrote(tree, tmp_path, monkeypatch, capsys):
+    import re
+
+    text = (ROOT / "docs" / "lancedb.md").read_text(encoding="utf-8")
+    block = re.search(r"```py\n(.*?)```", text, re.DOTALL).group(1)
+    root = tree({"a.txt": "one two\nthree\n", "b.txt": "alpha beta\n"})
+    monkeypatch.chdir(tmp_path)
+    run_fake([root], "lancedb:./lance/docs")
+    exec(compile(block, "docs/lancedb.md", "exec"), {})
+    shown = capsys.readouterr().out
+    assert "3 b'fake-model'" in shown and "'path': 'a.txt'" in shown and "('a.txt', 2)" in shown

@@ -315,3 +315,15 @@ def test_the_ray_engine_writes_from_its_driver_and_the_local_rerun_finds_everyth
     assert summary.exit_code == 1 and summary.succeeded == 23 and summary.failed == 1 and summary.rows == 46
     assert_whole(pg, db)
     assert run_fake([root], pg.out(db)).unchanged == 23
+
+
+def test_the_sql_of_the_docs_runs_on_a_table_gpucli_wrote(pg, db, tree):
+    import re
+
+    text = (ROOT / "docs" / "postgresql.md").read_text(encoding="utf-8")
+    sql = re.search(r"```sql\n(.*?)```", text, re.DOTALL).group(1)
+    root = tree({"reports/a.txt": "one two\nthree\n", "b.txt": "alpha beta\n"})
+    run_fake([root], pg.out(db, "chunks"))
+    found = pg.execute(db, sql.replace(":'q'", "'[3,3,0,0]'").rstrip().rstrip(";"))
+    assert [row[:3] for row in found] == [("reports/a.txt", 0, "one two"), ("reports/a.txt", 1, "three")]
+    assert found[0][3] == pytest.approx(1.0)

@@ -1,0 +1,257 @@
+"""PostgreSQL (pgvector) and LanceDB outputs (issue 48), measured side by side in one run.
+
+1. The store's write of the same rows (N chunks of 384-d vectors, the embed output's columns, parts
+   of 10,000 rows, as a run commits them):
+   - PostgreSQL: gpucli's commit step (`PgLedger.write_done`: the part encoded from Arrow into one
+     binary COPY stream, and its ledger entries, one transaction a part) against psycopg's own binary
+     COPY of the same rows alone (`write_row` per row with pgvector's dumper, the rows already Python
+     tuples, one transaction a part), into the same kind of fresh table. Target: gpucli's rate >= 0.8
+     of psycopg's.
+   - LanceDB: gpucli's sink (`add` into a new table, then `merge_insert` of the same parts over it, a
+     rerun where every file changed) against the Parquet sink's write and LanceDB's own `table.add`.
+2. With --cli: the whole `gpucli embed --from TABLE` at N chunks with the near-free model (a 1-layer
+   random BERT, 32-d: benchmarks/host.py) into Parquet, PostgreSQL and LanceDB; then `gpucli search`
+   end to end (median of 3 queries) over the two stores, through their index and exact, and recall@10
+   of the indexed search against the exact one (50 queries: rows' own vectors, perturbed).
+
+The PostgreSQL server is the pgserver wheel's (PostgreSQL 16, pgvector 0.6.2) on a unix socket.
+
+    python benchmarks/stores_bench.py [--rows 100000] [--cli] [--workdir /tmp/gpucli-bench-stores]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PART = 10_000
+DIMS = 384
+
+
+def rows_table(n: int, dims: int = DIMS):
+    """The embed output's columns, as a run's parts have them."""
+    import pyarrow as pa
+
+    from gpucli.output.settings import input_fields
+
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((n, dims)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    files = np.arange(n) // 4
+    size, mtime, digest = input_fields()
+    return pa.table({
+        "path": pa.array([f"dir{f % 100}/file{f}.txt" for f in files]),
+        "chunk": pa.array(np.arange(n) % 4, pa.int32()),
+        "char_start": pa.array(np.arange(n) % 4 * 200, pa.int64()),
+        "char_end": pa.array(np.arange(n) % 4 * 200 + 180, pa.int64()),
+        "text": pa.array([f"sentence {i} about rivers, stones and the harbour lanterns of the valley" for i in range(n)]),
+        "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), dims),
+        "size": pa.array(np.full(n, 1234), size.type),
+        "mtime": pa.array(np.full(n, 1_700_000_000_000_000), pa.timestamp("us", tz="UTC")).cast(mtime.type),
+        "digest": pa.array([f"{f:032x}" for f in files]),
+    })
+
+
+def parts_of(table):
+    """(part, its Sources, rows per source): each part holds whole files."""
+    from gpucli.core.records import Source
+
+    parts = []
+    for start in range(0, table.num_rows, PART):
+        part = table.slice(start, PART)
+        paths = part.column("path").to_pylist()
+        unique = list(dict.fromkeys(paths))
+        sources = [Source(i, p, "/in/" + p, size=1234, mtime_ns=1, digest=p) for i, p in enumerate(unique)]
+        parts.append((part, sources, [paths.count(p) for p in unique] if len(unique) < 50 else
+                      list(np.unique(np.array(paths), return_counts=True)[1][np.argsort(
+                          np.unique(np.array(paths), return_index=True)[1])])))
+    return parts
+
+
+def postgres_writes(table, server) -> tuple[float, float]:
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from gpucli.output.sinks.postgres import PostgresSink
+
+    database = server.new_database()
+    sink = PostgresSink(server.out(database, "gpucli_rows", index="none"))
+    sink.run_lock().acquire("bench")
+    sink.open(table.schema, {"gpucli.model": "bench"})
+    ledger = sink.open_ledger("bench")
+    parts = parts_of(table)
+    started = time.perf_counter()
+    for part, sources, counts in parts:
+        ledger.write_done(part, sources, counts)
+    ours = time.perf_counter() - started
+    sink.store.close()
+    names = table.schema.names
+    server.execute(database, "create table psycopg_rows (like gpucli_rows including indexes)")
+    python_rows = [list(zip(*(part.column(n).to_numpy(zero_copy_only=False) if n == "embedding" else
+                              part.column(n).to_pylist() for n in names))) for part, _, _ in parts]
+    python_rows = [[tuple(np.asarray(v, np.float32) if i == names.index("embedding") else v
+                          for i, v in enumerate(row)) for row in rows] for rows in python_rows]
+    types = ["text", "int4", "int8", "int8", "text", "vector", "int8", "timestamptz", "text"]
+    with psycopg.connect(server.dsn(database)) as conn:
+        register_vector(conn)
+        started = time.perf_counter()
+        for rows in python_rows:
+            with conn.cursor() as cur, cur.copy(f"copy psycopg_rows ({', '.join(names)}) from stdin (format binary)") \
+                    as copy:
+                copy.set_types(types)
+                for row in rows:
+                    copy.write_row(row)
+            conn.commit()
+        theirs = time.perf_counter() - started
+    assert server.execute(database, "select count(*) from gpucli_rows") == \
+        server.execute(database, "select count(*) from psycopg_rows")
+    return ours, theirs
+
+
+def lance_and_parquet_writes(table, work: Path) -> dict[str, float]:
+    import lancedb
+
+    from gpucli.output.sinks.lancedb import LanceSink
+    from gpucli.output.sinks.parquet import ParquetSink
+
+    parts = [part for part, _, _ in parts_of(table)]
+    metadata = {"gpucli.model": "bench"}
+    times = {}
+    sink = LanceSink(f"lancedb:{work / 'lance'}/docs")
+    sink.open(table.schema, metadata)
+    started = time.perf_counter()
+    for part in parts:
+        sink.write(part)
+    times["lance add (gpucli)"] = time.perf_counter() - started
+    sink = LanceSink(f"lancedb:{work / 'lance'}/docs")  # a rerun: the table holds every key
+    sink.open(table.schema, metadata)
+    started = time.perf_counter()
+    for part in parts:
+        sink.write(part)
+    times["lance merge_insert (gpucli, a rerun of changed files)"] = time.perf_counter() - started
+    parquet = ParquetSink(str(work / "out.parquet"))
+    parquet.open(table.schema, metadata)
+    started = time.perf_counter()
+    for part in parts:
+        parquet.write(part)
+    times["parquet (gpucli)"] = time.perf_counter() - started
+    own = lancedb.connect(str(work / "own")).create_table("docs", schema=table.schema)
+    started = time.perf_counter()
+    for part in parts:
+        own.add(part)
+    times["lancedb table.add"] = time.perf_counter() - started
+    return times
+
+
+def cli(argv: list[str]) -> tuple[float, str]:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "gpucli", *argv], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"gpucli {' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return time.perf_counter() - started, proc.stderr
+
+
+def cli_figures(n: int, work: Path, server) -> None:
+    from benchmarks.embedded_qdrant import texts_table
+    from benchmarks.host import tiny_model
+
+    model = tiny_model(work / "tiny")
+    source = work / "texts.parquet"
+    texts_table(source, n)
+    database = server.new_database()
+    outs = {"parquet": str(work / "cli.parquet"), "postgres": server.out(database, "docs"),
+            "lancedb": f"lancedb:{work / 'clilance'}/docs"}
+    common = ["--from", str(source), "--model", str(model), "--progress", "off", "--quiet"]
+    walls = {name: cli(["embed", *common, "--out", out])[0] for name, out in outs.items()}
+    print(f"\nwhole CLI, {n:,} chunks, near-free model: " + ", ".join(f"{k} {v:.1f} s" for k, v in walls.items())
+          + f"; PostgreSQL / Parquet {walls['postgres'] / walls['parquet']:.2f}, LanceDB / Parquet "
+          f"{walls['lancedb'] / walls['parquet']:.2f}")
+    queries = ("river stone meadow", "harbour lantern", "quarry summit valley")
+    for name in ("postgres", "lancedb"):
+        for exact in (False, True):
+            where = outs[name] + (("&" if "?" in outs[name] else "?") + "exact=true" if exact else "")
+            runs = [cli(["search", q, "--in", where, "-k", "10"]) for q in queries]
+            only = [float(re.search(r"searched in ([\d.]+)s", err).group(1)) for _, err in runs]
+            print(f"search {name}{' exact' if exact else ' (index)'}: end to end {statistics.median(w for w, _ in runs):.2f} s, "
+                  f"search only {statistics.median(only) * 1000:.1f} ms")
+    print(recall(outs, n))
+
+
+def recall(outs: dict[str, str], n: int) -> str:
+    """recall@10 of each store's indexed search against its exact one, 50 perturbed row vectors."""
+    from gpucli.commands.search.lance import LanceIndex
+    from gpucli.commands.search.postgres import PostgresIndex
+
+    rng = np.random.default_rng(1)
+    lines = []
+    for name, cls in (("postgres", PostgresIndex), ("lancedb", LanceIndex)):
+        approx = cls(outs[name])
+        exact = cls(outs[name] + ("&" if "?" in outs[name] else "?") + "exact=true")
+        sample = _sample_vectors(outs, name, rng)
+        found, times = [], []
+        for vector in sample:
+            started = time.perf_counter()
+            got = {(h.path, h.chunk) for h in approx.nearest(vector, 10)}
+            times.append(time.perf_counter() - started)
+            want = {(h.path, h.chunk) for h in exact.nearest(vector, 10)}
+            found.append(len(got & want) / 10)
+        approx.close()
+        exact.close()
+        lines.append(f"{name}: index {'yes' if approx.indexed else 'no'}, recall@10 {np.mean(found):.3f} "
+                     f"({statistics.median(times) * 1000:.1f} ms a query in-process)")
+    return "recall@10 vs exact, 50 queries: " + "; ".join(lines)
+
+
+def _sample_vectors(outs: dict[str, str], name: str, rng) -> list:
+    import lancedb
+
+    from gpucli.output.sinks.lancedb.target import parse_target
+
+    target = parse_target(outs["lancedb"])
+    rows = lancedb.connect(target.directory).open_table(target.table).search().limit(50).to_arrow()
+    vectors = np.stack(rows.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    vectors += rng.normal(0, 0.05, vectors.shape).astype(np.float32)
+    return list(vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--cli", action="store_true")
+    parser.add_argument("--workdir", default="/tmp/gpucli-bench-stores")
+    args = parser.parse_args()
+    work = Path(args.workdir)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    from tests.pg_server import PgServer
+
+    server = PgServer()
+    try:
+        table = rows_table(args.rows)
+        ours, theirs = postgres_writes(table, server)
+        print(f"PostgreSQL, {args.rows:,} rows of {DIMS}-d in parts of {PART:,}: gpucli's commit step {ours:.2f} s "
+              f"({args.rows / ours:,.0f} rows/s); psycopg's COPY alone {theirs:.2f} s ({args.rows / theirs:,.0f} "
+              f"rows/s); gpucli's rate / psycopg's = {theirs / ours:.2f} (target >= 0.8)")
+        times = lance_and_parquet_writes(table, work)
+        base = times["parquet (gpucli)"]
+        print("LanceDB and Parquet, the same parts: " + "; ".join(
+            f"{k} {v:.2f} s ({v / base:.2f} x Parquet)" for k, v in times.items()))
+        print(f"gpucli's Lance add / lancedb's own table.add = {times['lance add (gpucli)'] / times['lancedb table.add']:.2f}")
+        if args.cli:
+            cli_figures(args.rows, work, server)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
