@@ -20,10 +20,17 @@ from gpucli.core.stages import Stage
 from gpucli.output.compaction import AUTO_MIN_SMALL
 from gpucli.output.compactor import fold
 from gpucli.output.fingerprint import check_settings
-from gpucli.output.ledger import Ledger, made_with
+from gpucli.output.ledger import Ledger
 from gpucli.output.lock import RunLock
 from gpucli.output.sinks import Sink, open_sink
-from gpucli.output.state_dir import ledger_dir, missing_dirs, open_ledger, own_paths, refuse_foreign, remove_created
+from gpucli.output.state_dir import (
+    missing_dirs,
+    own_paths,
+    refuse_foreign,
+    remove_created,
+    settings_made_with,
+    sink_ledger,
+)
 
 if TYPE_CHECKING:
     from gpucli.inputs.scope import WalkReport
@@ -113,9 +120,7 @@ class Output:
         """The settings this output was made with (ledger.made_with; read where an earlier gpucli
         kept them until this run's open moves them), or None when this run makes it anew (a new
         output, or --full)."""
-        if not self.incremental:
-            return None
-        return self.sink.made_with() if self.sink.ledger_in_store else made_with(ledger_dir(self.sink))
+        return settings_made_with(self.sink) if self.incremental else None
 
     def open(self, schema: Any, metadata: dict[str, str], settings: dict[str, Any]) -> None:
         """Take the lock (or raise LockedError), open the sink, check the settings against the
@@ -175,10 +180,7 @@ class Output:
 
     def _open_ledger(self, settings: dict[str, Any], version: str) -> Ledger:
         """Order matters at every step: see the rules at the top of ledger.py."""
-        if self.sink.ledger_in_store:  # PostgreSQL: the ledger in the same database as the rows
-            ledger = self.sink.open_ledger(version)
-        else:
-            ledger = open_ledger(self.sink.state_dir, version, self.incremental, self.notices)
+        ledger = sink_ledger(self.sink, version, self.incremental, self.notices)
         try:
             self._publish_pending(ledger)
             if ledger.resetting():  # a --full killed between emptying the ledger and the sink
@@ -261,18 +263,11 @@ class Output:
         return None if self.all_new() else self.ledger.lookup
 
     # The writer's thread (commit.write) records; the loop never waits on these disk syncs.
-    def commit(self, sources: list[Source], rows: list[int], location: str | None) -> None:
-        """After the sink made these rows durable."""
-        self.ledger.mark_done(sources, rows, location)
-
     def commit_part(self, table: Any, sources: list[Source], rows: list[int]) -> None:
-        """A part: made durable by the sink, then its inputs marked done; or, where the ledger lives
-        in the store (PostgreSQL), the rows, the removal of the rows they replace and the ledger
-        entries in one transaction."""
+        """Durable, then marked done; or rows, deletes and entries in one transaction (ledger_in_store)."""
         if self.sink.ledger_in_store:
-            self.ledger.write_done(table, sources, rows)
-        else:
-            self.commit(sources, rows, self.sink.write(table))
+            return self.ledger.write_done(table, sources, rows)
+        self.ledger.mark_done(sources, rows, self.sink.write(table))
 
     def failed(self, failures: list[Failure]) -> int:
         """Failure records, in the failures file and then the ledger (one transaction for all);

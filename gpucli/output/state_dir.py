@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from gpucli.core.durable import fsync_dir
 from gpucli.core.errors import LedgerDamaged, LockedError, UsageError
-from gpucli.output.ledger import Ledger
+from gpucli.output.ledger import Ledger, made_with
 
 if TYPE_CHECKING:
     from gpucli.output.sinks import Sink
@@ -154,6 +154,19 @@ def open_ledger(state: Path, version: str, incremental: bool, notices: list[str]
         notices.append(f"the damaged ledger {exc.path} was set aside as {exc.path}.damaged; "
                        "--full rebuilds the output and a new ledger")
         return Ledger(state, version, check=True)
+
+
+def sink_ledger(sink: Sink, version: str, incremental: bool, notices: list[str]) -> Ledger:
+    """The output's ledger: SQLite in its state directory (`open_ledger`), or, for a sink that keeps
+    it in the store itself (PostgreSQL: `Sink.ledger_in_store`), the store's."""
+    if sink.ledger_in_store:
+        return sink.open_ledger(version)
+    return open_ledger(sink.state_dir, version, incremental, notices)
+
+
+def settings_made_with(sink: Sink) -> dict | None:
+    """What the output was made with (ledger.made_with), wherever its ledger is."""
+    return sink.made_with() if sink.ledger_in_store else made_with(ledger_dir(sink))
 
 
 def set_aside(ledger: Path) -> None:
