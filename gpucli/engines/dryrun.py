@@ -29,8 +29,8 @@ def dry_run(config: RunConfig) -> RunSummary:
     job = Job(config)
     job.task_cls = job.task_cls.variant(job.spec, download=False)  # image-text: images too; nothing fetched
     sink = open_sink(config.out or default_out(job.task_cls.name), state_dir=config.state_dir)
-    try:
-        known = ReadOnlyLedger(ledger_dir(sink) / LEDGER)  # where it is now, or where an earlier gpucli kept it
+    try:  # where it is now, or where an earlier gpucli kept it; a PostgreSQL output's in its database
+        known = sink.read_ledger() if sink.ledger_in_store else ReadOnlyLedger(ledger_dir(sink) / LEDGER)
     except OutputError as exc:  # damaged or unreadable: named, with what to do
         raise UsageError(f"its ledger {exc}") from None
     summary = job.summary

@@ -327,3 +327,22 @@ def test_the_sql_of_the_docs_runs_on_a_table_gpucli_wrote(pg, db, tree):
     found = pg.execute(db, sql.replace(":'q'", "'[3,3,0,0]'").rstrip().rstrip(";"))
     assert [row[:3] for row in found] == [("reports/a.txt", 0, "one two"), ("reports/a.txt", 1, "three")]
     assert found[0][3] == pytest.approx(1.0)
+
+
+def test_a_dry_run_reads_the_ledger_in_the_database_and_creates_nothing(pg, db, tree, capsys):
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.dryrun import dry_run
+    from tests.fake_task import FAKE
+
+    def actions(**kw) -> dict[str, str]:
+        capsys.readouterr()
+        dry_run(RunConfig(task=FAKE, paths=(str(root),), out=pg.out(db), progress="off", **kw))
+        return {line["path"]: line["action"] for line in map(json.loads, capsys.readouterr().out.splitlines())}
+
+    root = tree({"a.txt": "one\n", "b.txt": "two\n", "c.txt": "three\n"})
+    assert set(actions().values()) == {"run"}
+    assert pg.execute(db, "select to_regclass('gpucli_meta') is null") == [(True,)]  # nothing created
+    run_fake([root], pg.out(db))
+    (root / "b.txt").write_text("changed\n")
+    (root / "c.txt").unlink()
+    assert actions(prune=True) == {"a.txt": "unchanged", "b.txt": "run", "c.txt": "prune"}

@@ -55,7 +55,8 @@ class RowsTable:
 class PgLedger:
     """The Ledger's methods (gpucli/output/ledger.py), each one transaction of the store."""
 
-    def __init__(self, store: Store, rows: RowsTable, gpucli_version: str = "") -> None:
+    def __init__(self, store: Store, rows: RowsTable, gpucli_version: str = "", create: bool = True) -> None:
+        """`create` False: what only reads it (--dry-run) creates nothing; `exists` says if there is one."""
         self.store, self.rows = store, rows
         self.gpucli_version = gpucli_version
         self.output = store.target.qualified
@@ -63,14 +64,19 @@ class PgLedger:
         s = store.target.schema
         self.t = {name: f"{s}.gpucli_{name}" for name in ("inputs", "meta", "attempts", "seen")}
 
-        def create(cursor: Any) -> None:
+        def create_tables(cursor: Any) -> None:
             cursor.execute("select pg_advisory_xact_lock(hashtext('gpucli'), hashtext('gpucli:ledger tables'))")
             cursor.execute(f"create schema if not exists {s}")
             for statement in filter(str.strip, TABLES.format(s=s).split(";")):
                 cursor.execute(statement)
             cursor.execute(f"delete from {self.t['seen']} where output=%s", (self.output,))
 
-        store.transaction("creating the ledger tables", create)
+        if create:
+            store.transaction("creating the ledger tables", create_tables)
+            self.exists = True
+        else:
+            self.exists = store.transaction("reading the ledger", lambda c: c.execute(
+                "select to_regclass(%s) is not null", (self.t["meta"],)).fetchone()[0]) and not self.is_new()
 
     def _run(self, doing: str, work: Any) -> Any:
         return self.store.transaction(doing, work)

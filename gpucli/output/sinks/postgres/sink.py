@@ -32,6 +32,22 @@ TYPES_FROM = {"float16": ("halfvec", "0.7.0"), "binary": ("bit", "0.7.0")}
 HNSW = "using hnsw (embedding vector_cosine_ops) with (m = 16, ef_construction = 64)"
 
 
+class PgLedgerView:
+    """`exists`, `lookup`, `done_paths` (a set) and `close`, as gpucli/output/ledger_view.py has them."""
+
+    def __init__(self, ledger: PgLedger) -> None:
+        self.ledger, self.exists = ledger, ledger.exists
+
+    def lookup(self, paths: list[str]) -> dict:
+        return self.ledger.lookup(paths) if self.exists else {}
+
+    def done_paths(self) -> set[str]:
+        return set(self.ledger.done_paths()) if self.exists else set()
+
+    def close(self) -> None:
+        self.ledger.store.close()
+
+
 class AdvisoryLock:
     """The run's lock (Output takes and releases it): a session advisory lock held by the store's
     connection; taken again by a new connection after a drop (store.py)."""
@@ -89,6 +105,10 @@ class PostgresSink(Sink):
 
     def open_ledger(self, gpucli_version: str) -> PgLedger:
         return PgLedger(self.store, self, gpucli_version)
+
+    def read_ledger(self) -> PgLedgerView:
+        """The ledger as --dry-run reads it: no lock, nothing created (ReadOnlyLedger's methods)."""
+        return PgLedgerView(PgLedger(Store(self.parsed), self, create=False))
 
     # --- before the lock: what the table holds ---------------------------------------------------
     def foreign(self) -> str | None:
