@@ -1,7 +1,7 @@
 """A LanceDB embed output, searched by Lance: cosine distance (the score is 1 - distance, the
 cosine similarity the other outputs give); exact while the table has no vector index, else its
-IVF-PQ index with NPROBES partitions probed and the best REFINE_FACTOR * k candidates rescored
-with the full vectors (recall@10 in benchmarks/RESULTS-stores.md); `?exact=true` scans every row.
+IVF_FLAT index with NPROBES of its partitions scanned (recall@10 in benchmarks/RESULTS-stores.md);
+`?exact=true` scans every row.
 The model, query prompt and --dims are the table schema's `gpucli.*` metadata."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from gpucli.core.errors import UsageError
 from gpucli.output.sinks.lancedb.target import lancedb_module, parse_target
 
 NPROBES = 32
-REFINE_FACTOR = 10
 
 
 class LanceIndex:
@@ -44,7 +43,7 @@ class LanceIndex:
         if self.indexed and self.target.exact:
             query = query.bypass_vector_index()
         elif self.indexed:
-            query = query.nprobes(NPROBES).refine_factor(REFINE_FACTOR)
+            query = query.nprobes(NPROBES)
         found = query.select([*self.columns, "_distance"]).to_arrow().to_pylist()
         return [Hit(1.0 - float(row["_distance"]), row["path"], int(row.get("chunk") or 0), row.get("text") or "",
                     row.get("char_start"), row.get("char_end"), row.get("page"), row.get("modality"))
