@@ -183,7 +183,7 @@ def cli_figures(n: int, work: Path, server) -> None:
     print(f"\nwhole CLI, {n:,} chunks, near-free model: " + ", ".join(f"{k} {v:.1f} s" for k, v in walls.items())
           + "; / Parquet: " + ", ".join(f"{k} {v / walls['parquet']:.2f}" for k, v in walls.items()))
     print(f"of which the indexes built at close: PostgreSQL HNSW {walls['postgres'] - walls['postgres, index=none']:.1f} s "
-          f"(the two runs' difference); Lance IVF-PQ {lance_index_s(outs['lancedb']):.1f} s (built again, timed)")
+          f"(the two runs' difference); Lance IVF_FLAT {lance_index_s(outs['lancedb']):.1f} s (built again, timed)")
     queries = ("river stone meadow", "harbour lantern", "quarry summit valley")
     for name in ("postgres", "lancedb"):
         for exact in (False, True):
