@@ -104,7 +104,7 @@ def postgres_writes(table, server, reps: int = 3) -> tuple[float, float]:
         server.execute(database, "checkpoint")
         started = time.perf_counter()
         for part, sources, counts in parts:
-            ledger.write_done(part, sources, counts)
+            ledger.write_done(sink, part, sources, counts)
         ours.append(time.perf_counter() - started)
         sink.store.close()
         server.execute(database, f"create table psycopg_rows{rep} (like gpucli_rows{rep} including indexes)")

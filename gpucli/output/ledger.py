@@ -48,6 +48,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from gpucli.core.decision import Known, Status
 from gpucli.core.errors import OutputError, os_error, sqlite_error
@@ -297,6 +298,11 @@ class Ledger(_LedgerFile):
             return self._db.execute("select count(*) from files where status=?", (DONE,)).fetchone()[0]
 
     # --- updates --------------------------------------------------------------------------
+    def write_done(self, sink: Any, table: Any, sources: list[Source], rows_per_source: list[int]) -> None:
+        """A part: the sink makes it durable, then its inputs are marked done (the first rule above).
+        (A ledger in the store itself writes both in one transaction: sinks/postgres/ledger.py.)"""
+        self.mark_done(sources, rows_per_source, sink.write(table))
+
     def mark_done(self, sources: list[Source], rows_per_source: list[int], location: str | None) -> None:
         """One transaction, after the location is durable."""
         now = time.time()

@@ -264,10 +264,8 @@ class Output:
 
     # The writer's thread (commit.write) records; the loop never waits on these disk syncs.
     def commit_part(self, table: Any, sources: list[Source], rows: list[int]) -> None:
-        """Durable, then marked done; or rows, deletes and entries in one transaction (ledger_in_store)."""
-        if self.sink.ledger_in_store:
-            return self.ledger.write_done(table, sources, rows)
-        self.ledger.mark_done(sources, rows, self.sink.write(table))
+        """A part and its inputs marked done, in the order the ledger keeps (Ledger.write_done)."""
+        self.ledger.write_done(self.sink, table, sources, rows)
 
     def failed(self, failures: list[Failure]) -> int:
         """Failure records, in the failures file and then the ledger (one transaction for all);

@@ -32,8 +32,8 @@ class Sink:
     help: ClassVar[str] = ""
     reads_back: ClassVar[bool] = False  # whether `rows_of` reads rows back (copies of content: gpucli/output/dedup.py)
     # whether the ledger lives in the store itself (PostgreSQL): a part's rows and its ledger entries
-    # then commit in one transaction of the store (`open_ledger(...).write_done`), never `write` then
-    # `mark_done`; such a sink also has its own `run_lock` and `made_with`
+    # then commit in one transaction of the store (the ledger `open_ledger` gives: its `write_done`),
+    # never `write` then `mark_done`; such a sink also has its own `run_lock` and `made_with`
     ledger_in_store: ClassVar[bool] = False
 
     def __init__(self, target: str) -> None:

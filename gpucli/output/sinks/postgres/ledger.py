@@ -188,8 +188,9 @@ class PgLedger:
             (self.output, DONE)).fetchone()[0])
 
     # --- updates: rows and entries together -----------------------------------------------------
-    def write_done(self, table: Any, sources: list[Source], rows_per_source: list[int]) -> None:
-        """One transaction: the earlier rows of these inputs, the part's rows, their entries."""
+    def write_done(self, sink: Any, table: Any, sources: list[Source], rows_per_source: list[int]) -> None:
+        """One transaction: the earlier rows of these inputs, the part's rows (by `self.rows`, the
+        sink), their entries."""
         keys, now = [s.path for s in sources], time.time()
 
         def work(c: Any) -> None:
@@ -265,17 +266,6 @@ class PgLedger:
     def rename_locations(self, renamed: dict[str, str | None], stale: dict[str, set[str]] | None = None,
                          publish: str | None = None) -> None:
         pass
-
-    # --- what `gpucli inspect` reads --------------------------------------------------------------
-    def counts(self) -> dict[Status, int]:
-        rows = self._run("reading the ledger", lambda c: c.execute(
-            f"select status, count(*) from {self.t['inputs']} where output=%s group by status",
-            (self.output,)).fetchall())
-        return {Status.of_stored(status): count for status, count in rows}
-
-    def last_update(self) -> float | None:
-        return self._run("reading the ledger", lambda c: c.execute(
-            f"select max(updated) from {self.t['inputs']} where output=%s", (self.output,)).fetchone()[0])
 
 
 def split_keys(keys: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
