@@ -67,7 +67,7 @@ CRASHING_RUN = textwrap.dedent("""
 
     point = {point!r}
     if point == "commit":          # rows fsynced, the ledger not yet told
-        on_call(Output, "commit", {nth})
+        on_call(Ledger, "mark_done", {nth})
     elif point == "torn":          # killed in the middle of a line
         on_call(JsonlSink, "write", {nth}, lambda self, table: torn(self, table))
     elif point == "rewrite":       # a rewrite prepared, the ledger not yet told

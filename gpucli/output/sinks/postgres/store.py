@@ -36,7 +36,7 @@ from gpucli.output.sinks.postgres.target import Target
 
 T = TypeVar("T")
 INSTALL = "pip install 'gpucli[postgres]'"
-FINAL_CLASSES = ("28", "3D", "42", "22")  # who we are, no such database, what we said: the command must change
+FINAL_CLASSES = ("28", "3D", "42")  # who we are, no such database, no privilege: the command must change
 RETRIED_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004"}
 
 
