@@ -33,6 +33,10 @@ added to older ledgers when they are opened, '' for files). The rules that keep 
   stops naming it (LedgerDamaged), and `--full`, which reads it through first, sets it aside
   (`ledger.sqlite.damaged`) and starts a new one, which empties the output (as above). The
   output's rows are no ledger: they lack the settings, the failures and the stale marks.
+* A sink whose store is transactional keeps its ledger there instead (PostgreSQL:
+  gpucli/output/sinks/postgres/ledger.py, `Sink.ledger_in_store`): a part's rows, the removal of
+  the rows they replace and the ledger entries commit in one transaction (`write_done`), so the
+  rules above about orphaned parts and stale rows have nothing left to do.
 * Errors of the file system or of the file (full, read-only, I/O) leave every method as one
   OutputError naming the ledger (`_Guarded`); a transaction that failed is rolled back whole.
 
