@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -346,3 +347,21 @@ def test_a_dry_run_reads_the_ledger_in_the_database_and_creates_nothing(pg, db, 
     (root / "b.txt").write_text("changed\n")
     (root / "c.txt").unlink()
     assert actions(prune=True) == {"a.txt": "unchanged", "b.txt": "run", "c.txt": "prune"}
+
+
+@pytest.mark.parametrize("metadata, column, needle", [
+    ({"gpucli.vector_type": "float16"}, None, "halfvec (pgvector 0.7.0"),
+    ({"gpucli.vector_type": "binary"}, None, "bit (pgvector 0.7.0"),
+    ({"gpucli.vector_type": "int8"}, None, "a type pgvector does not have"),
+    ({}, "sparse", "sparsevec (pgvector 0.7.0"),
+])
+def test_vector_types_pgvector_lacks_here_are_refused_before_any_work_naming_the_version(metadata, column, needle):
+    import pyarrow as pa
+
+    from gpucli.output.sinks.postgres import PostgresSink
+
+    fields = [pa.field("path", pa.string()), pa.field("embedding", pa.list_(pa.float32(), 4))]
+    schema = pa.schema(fields + ([pa.field(column, pa.string())] if column else []))
+    sink = PostgresSink("postgresql://u@/nowhere?host=/nonexistent&table=docs")
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        sink.open(schema, {"gpucli.model": "m", **metadata})

@@ -32,6 +32,10 @@ class LanceIndex:
         if not self.model or "embedding" not in schema.names:
             raise UsageError(f"--in {self.display}: not a gpucli embed output (no gpucli.model metadata or no "
                              "embedding column)")
+        vector_type = meta.get("gpucli.vector_type", "float32")
+        if vector_type != "float32":
+            raise UsageError(f"--in {self.display}: made with --vector-type {vector_type}; gpucli searches the float32 "
+                             "vectors of a LanceDB output only (read this one with Lance yourself: docs/lancedb.md)")
         self.dims = schema.field("embedding").type.list_size
         self.query_prompt = meta.get("gpucli.query_prompt")
         self.truncate_dims = number(meta.get("gpucli.truncate_dims"))
