@@ -15,7 +15,8 @@
    of the indexed search against the exact one (50 queries: rows' own vectors, perturbed), and Lance's
    IVF_PQ in place of the IVF_FLAT gpucli builds.
 
-The PostgreSQL server is the pgserver wheel's (PostgreSQL 16, pgvector 0.6.2) on a unix socket.
+The PostgreSQL server is the pgserver wheel's (PostgreSQL 16, pgvector 0.6.2) on a unix socket; psycopg's
+baseline needs pgvector's Python package for its vector dumper (`pip install pgvector`).
 
     python benchmarks/stores_bench.py [--rows 100000] [--cli] [--workdir /tmp/gpucli-bench-stores]
 """
