@@ -88,7 +88,7 @@ def _make_command(task_cls: type):
         incremental = kwargs.pop("incremental", None)
         paths = kwargs.pop("paths", None)
         cli = {k: v for k, v in kwargs.items() if k not in task_fields}
-        cli.update({k: kwargs[k] for k in task_fields})
+        cli.update({k: tuple(kwargs[k]) if isinstance(kwargs[k], list) else kwargs[k] for k in task_fields})
         cli["paths"] = tuple(paths) if paths else None
         cli["incremental"] = incremental
         for key in ("include", "exclude"):

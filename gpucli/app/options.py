@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, get_origin
 
 import typer
 
@@ -100,7 +100,8 @@ PANELS = {
 PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 # Task options that belong with common ones; the rest go under the task's own name.
 TASK_PANELS = {"normalize": MODEL, "prompt": MODEL, "prefix": MODEL, "backend": PERFORMANCE, "quantize": PERFORMANCE,
-               "extract_timeout": INPUT, "allow_unknown_tokens": INPUT, "dedup": INCREMENTAL}
+               "extract_timeout": INPUT, "allow_unknown_tokens": INPUT,
+               "encoding": INPUT, "dedup": INCREMENTAL}
 
 
 def task_parameters(task_cls: type) -> list[inspect.Parameter]:
@@ -157,6 +158,7 @@ def _own_options(task_cls: type) -> list[inspect.Parameter]:
         flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
         default = f.default if f.default is not dataclasses.MISSING else None
         kind = field_types(task_cls.Options)[f.name]  # `bool | None` -> bool: None is "not given"
+        kind = list[str] if get_origin(kind) is tuple else kind  # a repeatable option (Typer takes lists)
         help_text = f"{f.metadata.get('help', '')} (default: {f.metadata.get('default_help', default)})"
         params.append(option(f.name, kind, (flag,), help_text, task_panel(task_cls)))
     return params

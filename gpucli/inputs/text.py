@@ -1,7 +1,6 @@
-"""Bytes -> str for text files: UTF-8 first, then charset detection, never garbage.
+"""Bytes -> str for text files: the encoding decided by evidence or refused (inputs/encodings.py),
+never garbage.
 
-UTF-8 (with or without BOM) and UTF-16/32 with a BOM decode directly; anything else goes
-to charset-normalizer (GB18030/GBK, Big5, Shift-JIS, Latin-1, UTF-16 without BOM...).
 Binary content (images, archives, executables named .txt) is refused: embedding it would
 give garbage vectors that look like data.
 
@@ -14,21 +13,20 @@ binary before.
 
 from __future__ import annotations
 
-import codecs
 import re
 
 from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
+from gpucli.inputs.encodings import decode
 
-BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
-        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 MAX_CONTROL_RATIO = 0.01
 
 
-def decode_text(data: bytes) -> str:
-    """Decode or raise InputError('decode', why); escape sequences and stray control characters
-    are removed (see the module doc)."""
-    text = _decode(data)
+def decode_text(data: bytes, encoding: str | None = None) -> str:
+    """Decode (gpucli/inputs/encodings.py: `encoding` is the one --encoding names for this file) or
+    raise InputError('decode', why); escape sequences and stray control characters are removed
+    (see the module doc)."""
+    text = decode(data, encoding)
     if not CONTROL.search(text):  # the common case: one scan in C, nothing to clean
         return text
     text = without_escapes(text)
@@ -65,37 +63,6 @@ def clean_text(text: str) -> str:
     """Extracted text (a PDF's text layer, a document's XML) ready for the tokenizer: no escape
     sequences, no control characters. No binary check: an extractor's text is text."""
     return without_controls(without_escapes(text)) if CONTROLS.search(text) else text
-
-
-def _decode(data: bytes) -> str:
-    for bom, encoding in BOMS:
-        if data.startswith(bom):
-            try:
-                return data.decode(encoding)
-            except UnicodeDecodeError:
-                break
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    if b"\x00" in data[:4096] and not _utf16_like(data):
-        raise InputError(Stage.DECODE, "binary content, not text (NUL bytes)")
-    from charset_normalizer import from_bytes
-
-    best = from_bytes(data[: 1 << 20] if len(data) > 1 << 20 else data).best()
-    if best is None:
-        raise InputError(Stage.DECODE, "binary content, not text (no text encoding fits)")
-    try:
-        return data.decode(best.encoding)
-    except (UnicodeDecodeError, LookupError):
-        raise InputError(Stage.DECODE, f"not valid {best.encoding} text") from None
-
-
-def _utf16_like(data: bytes) -> bool:
-    """UTF-16 without BOM: NULs in every other byte for ASCII-heavy text."""
-    head = data[:4096]
-    even, odd = head[0::2].count(0), head[1::2].count(0)
-    return max(even, odd) > len(head) // 4 and min(even, odd) < len(head) // 64 + 1
 
 
 # Unicode categories Cc (control, less \t \n \v \f \r), Cs (surrogates) and Co (private use):

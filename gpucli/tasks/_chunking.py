@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpucli.core.records import Items, Ragged
+from gpucli.inputs.graphemes import cluster_end, cluster_start
 
 if TYPE_CHECKING:
     from gpucli.inputs.extract import Document
@@ -208,7 +209,9 @@ class WindowBlock:
 
     def _window(self, source_id: int, doc: Document, number: int, start: int, length: int, first: int,
                 last: int) -> None:
-        """One row's columns: its tokens are `length` from `start` of the document's ids."""
+        """One row's columns: its tokens are `length` from `start` of the document's ids; its text
+        begins and ends on grapheme boundaries (inputs/graphemes.py: a mark no token covers is kept)."""
+        first, last = cluster_start(doc.text, first), cluster_end(doc.text, last)
         self.sources.append(source_id)
         self.index.append(number)
         self.starts.append(self.size + start)

@@ -22,6 +22,7 @@ from typing import Any
 from gpucli.core.errors import InputError
 from gpucli.core.records import Failure, Source
 from gpucli.core.stages import Stage
+from gpucli.inputs.encodings import NamedEncodings
 from gpucli.inputs.extract import Document, format_for, short_reason
 from gpucli.inputs.extract.ocr import IMAGE_SUFFIXES, OCR_MODES, OcrDocument, missing
 from gpucli.inputs.limited import LimitedPool, Limits, default_size
@@ -35,11 +36,12 @@ EXTRACT_TARGET = "gpucli.tasks._documents:in_child"
 class Documents:
     """Reads a chunk of inputs into documents; one pool of extraction children per process."""
 
-    def __init__(self, timeout_s: float, ocr: str = "off") -> None:
+    def __init__(self, timeout_s: float, ocr: str = "off", encodings: NamedEncodings = NamedEncodings()) -> None:
         if ocr not in OCR_MODES:
             raise ValueError(f"ocr must be one of {', '.join(OCR_MODES)}, not {ocr!r}")
         self.limits = Limits(timeout_s=timeout_s, memory_mb=_child_memory_mb())
         self.ocr = ocr
+        self.encodings = encodings  # --encoding (inputs/encodings.py)
         self._pool: LimitedPool | None = None
         self._lock = threading.Lock()  # reader threads ask for the pool at once
         self._ocr_pages: dict[int, tuple[int, ...]] = {}  # source id -> its pages read by OCR, until taken
@@ -56,7 +58,7 @@ class Documents:
                 calls[i] = call
                 continue
             try:
-                docs[i] = Document(decode_text(data))
+                docs[i] = Document(decode_text(data, self.encodings.for_path(source.path)))
             except InputError as exc:
                 docs[i] = exc
         if calls:
@@ -123,10 +125,11 @@ class Documents:
             pool.close()
 
     def __getstate__(self) -> dict:  # should a task be pickled, its children stay with this process
-        return {"limits": self.limits, "ocr": self.ocr}
+        return {"limits": self.limits, "ocr": self.ocr, "encodings": self.encodings}
 
     def __setstate__(self, state: dict) -> None:
         self.limits, self.ocr, self._pool, self._lock = state["limits"], state.get("ocr", "off"), None, threading.Lock()
+        self.encodings = state.get("encodings", NamedEncodings())
         self._ocr_pages = {}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpucli.core.vectors import VECTOR_TYPES
+from gpucli.inputs.encodings import NamedEncodings
 from gpucli.inputs.extract.ocr import OCR_MODES
 from gpucli.models.backends import BACKENDS, QUANTIZATIONS
 
@@ -37,6 +38,12 @@ class EmbedOptions:
                 "its vocabulary does not cover: such vectors are poor). Without it they are failure records "
                 "naming a model that reads them.", "flag": "--allow-unknown-tokens",
         "default_help": "off", "fingerprint": False})
+    # --- encodings (issue 52, docs/encodings.md): a file that decoded keeps its text, so not in the fingerprint ---
+    encoding: tuple[str, ...] = field(default=(), metadata={
+        "help": "The encoding of text files that are neither UTF-8 nor marked by a byte-order mark, for those "
+                "whose encoding the evidence cannot decide (they are failure records that say so): NAME for "
+                "every file, or 'GLOB=NAME' for the files a glob matches (repeatable; a list in the config).",
+        "flag": "--encoding", "default_help": "decided by evidence, refused on a tie", "fingerprint": False})
     extract_timeout: float = field(default=120.0, metadata={
         "help": "Seconds one document (PDF, DOCX, HTML...) may take to extract; a slower one becomes a failure "
                 "record and the run goes on.", "flag": "--extract-timeout", "fingerprint": False})
@@ -85,6 +92,8 @@ class EmbedOptions:
         "flag": "--quantize", "default_help": "none (fp32)"})
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "encoding", tuple(self.encoding))
+        NamedEncodings.parse(self.encoding)  # a ValueError naming the one Python does not know
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}")
         if self.quantize not in QUANTIZATIONS:

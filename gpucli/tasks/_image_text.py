@@ -42,6 +42,7 @@ import numpy as np
 from gpucli.core.errors import InputError, UsageError
 from gpucli.core.records import Failure, Items, Source
 from gpucli.core.stages import Stage
+from gpucli.inputs.encodings import NamedEncodings
 from gpucli.inputs.extract import extractor_versions
 from gpucli.models.hub import check_package, hub_info, resolve_model_dir
 from gpucli.tasks._classifiers import SharedProcessor
@@ -115,7 +116,7 @@ class ImageTextTask(EmbedBase):
         self.tokenizer = text_tokenizer(self.path, self.config.model_type)  # None: texts are refused, images embedded
         if self.tokenizer is not None:
             self._open_texts()
-        self.documents = Documents(self.options.extract_timeout)
+        self.documents = Documents(self.options.extract_timeout, encodings=NamedEncodings.parse(self.options.encoding))
         self.processor_name = processor_name(self.path)
         if not self.config.dims:
             raise UsageError(f"model {self.spec.model!r}: its config names no projection or hidden size")

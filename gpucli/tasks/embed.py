@@ -23,6 +23,7 @@ import numpy as np
 
 from gpucli.core.errors import InputError, UsageError
 from gpucli.core.records import Failure, Item, Items, Ragged, Source
+from gpucli.inputs.encodings import NamedEncodings
 from gpucli.inputs.extract import extractor_versions
 from gpucli.inputs.extract import ocr as ocr_engine
 from gpucli.models.backends import export_notices, quantize_info
@@ -117,7 +118,8 @@ class EmbedTask(EmbedBase):
             self.notices = [*slower, *export_notices(self.runtime,
                                                      lambda: text_encoder_cached(self.path, self.options.quantize))]
         self.pad_id = int(config.get("pad_token_id") or 0)
-        self.documents = Documents(self.options.extract_timeout, self.options.ocr)  # documents (issue 26), OCR (43)
+        self.documents = Documents(self.options.extract_timeout, self.options.ocr,
+                                   NamedEncodings.parse(self.options.encoding))  # documents (issue 26), OCR (43)
         if self.options.ocr == "on" and ocr_engine.missing():
             raise UsageError(f"--ocr on: {ocr_engine.missing()}")
         self.unknown = Unknown.of(self.tokenizer, self.spec.model)
