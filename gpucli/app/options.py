@@ -101,7 +101,7 @@ PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 # Task options that belong with common ones; the rest go under the task's own name.
 TASK_PANELS = {"normalize": MODEL, "prompt": MODEL, "prefix": MODEL, "backend": PERFORMANCE, "quantize": PERFORMANCE,
                "extract_timeout": INPUT, "allow_unknown_tokens": INPUT,
-               "encoding": INPUT, "dedup": INCREMENTAL}
+               "encoding": INPUT, "allow_other_scripts": INPUT, "dedup": INCREMENTAL}
 
 
 def task_parameters(task_cls: type) -> list[inspect.Parameter]:

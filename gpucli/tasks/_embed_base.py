@@ -78,6 +78,7 @@ class EmbedBase(Task):
         chunk kept one reader and one extraction child busy while the others waited."""
         return DOCUMENT_WEIGHT if format_for(path) is not None else 1
 
+    scripts: Any = None  # the scripts the model reads (tasks/_scripts.py), when a task's open sets them
     terms: Any = None  # --sparse bm25's term weights (tasks/_sparse.py), when a task's open sets them
     _in_worker = False  # set by setup: the worker takes the model the parent resolved, from the cache
 
@@ -100,6 +101,8 @@ class EmbedBase(Task):
                 failures.append(Failure(source.path, Stage.PREPROCESS, "the tokenizer found no tokens in this text"))
                 continue
             refused = None if self.options.allow_unknown_tokens else self.unknown.refusal(doc.text, ids, offsets)
+            if refused is None and self.scripts is not None and not self.options.allows_any_script:
+                refused = self.scripts.refusal(doc.text)  # issue 52: Cyrillic, Greek... for an English model
             if refused is not None:
                 failures.append(Failure(source.path, Stage.PREPROCESS, refused, cause=UNKNOWN_TOKENS))
             else:

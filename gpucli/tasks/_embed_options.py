@@ -38,6 +38,11 @@ class EmbedOptions:
                 "its vocabulary does not cover: such vectors are poor). Without it they are failure records "
                 "naming a model that reads them.", "flag": "--allow-unknown-tokens",
         "default_help": "off", "fingerprint": False})
+    allow_other_scripts: bool = field(default=False, metadata={
+        "help": "Embed inputs even when most of their letters are in scripts none of the model's languages is "
+                "written in (Cyrillic for an English model: such vectors are poor). Without it they are failure "
+                "records naming a model that reads them (docs/languages.md).", "flag": "--allow-other-scripts",
+        "default_help": "off", "fingerprint": False})
     # --- encodings (issue 52, docs/encodings.md): a file that decoded keeps its text, so not in the fingerprint ---
     encoding: tuple[str, ...] = field(default=(), metadata={
         "help": "The encoding of text files that are neither UTF-8 nor marked by a byte-order mark, for those "
@@ -90,6 +95,11 @@ class EmbedOptions:
         "help": "int8: dynamic int8 quantization of the ONNX model (about 1.5-2x fp32 ONNX on CPU; cosine to fp32 "
                 ">= 0.98 on sentences). Part of the output's fingerprint: rows never mix.",
         "flag": "--quantize", "default_help": "none (fp32)"})
+
+    @property
+    def allows_any_script(self) -> bool:
+        """--allow-other-scripts, or --allow-unknown-tokens (which asks for the text embedded whatever its language)."""
+        return self.allow_other_scripts or self.allow_unknown_tokens
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "encoding", tuple(self.encoding))

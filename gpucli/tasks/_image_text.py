@@ -54,6 +54,7 @@ from gpucli.tasks._image_text_items import IMAGE, MixedBatch, image_items, rows_
 from gpucli.tasks._image_text_texts import no_tokenizer, slow_query_ids, text_tokenizer
 from gpucli.tasks._image_text_towers import Towers
 from gpucli.tasks._images import IMAGE_SUFFIXES, ShmPool, open_image, stack
+from gpucli.tasks._scripts import ScriptRule
 from gpucli.tasks._st_modules import Prompts
 from gpucli.tasks._tokenizer import saved_pad_id, special_tokens
 from gpucli.tasks._tokens import TextTokens
@@ -134,6 +135,7 @@ class ImageTextTask(EmbedBase):
             raise UsageError(f"--chunk-overlap {self.options.chunk_overlap} must be below the chunk's {self.window} "
                              f"text tokens (the text tower of {self.spec.model} takes {self.max_tokens})")
         self.unknown = Unknown.of(self.tokenizer, self.spec.model)
+        self.scripts = ScriptRule.of(self.spec.model, str(self.path))  # issue 52: scripts it does not read
 
     def use_prompt(self, prompt: str) -> None:
         self.prompt = prompt

@@ -38,6 +38,7 @@ from gpucli.tasks._embed_models import MINILM_DIST, MODELS, alias
 from gpucli.tasks._embed_options import EmbedOptions
 from gpucli.tasks._image_text_config import image_text_dir
 from gpucli.tasks._ocr_documents import ocr_flags
+from gpucli.tasks._scripts import ScriptRule
 from gpucli.tasks._spans import ends_from_text
 from gpucli.tasks._sparse import DESCRIPTION as SPARSE_DESCRIPTION
 from gpucli.tasks._sparse import Terms
@@ -123,6 +124,7 @@ class EmbedTask(EmbedBase):
         if self.options.ocr == "on" and ocr_engine.missing():
             raise UsageError(f"--ocr on: {ocr_engine.missing()}")
         self.unknown = Unknown.of(self.tokenizer, self.spec.model)
+        self.scripts = ScriptRule.of(self.spec.model, str(self.path))  # issue 52: scripts it does not read
         self.terms = Terms(self.tokenizer) if self.options.sparse else None  # --sparse bm25 (issue 30, _sparse.py)
         hidden = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
         layers = int(config.get("num_hidden_layers") or config.get("n_layers") or config.get("num_layers") or 1)

@@ -89,3 +89,34 @@ def test_encoding_per_glob_from_the_command_line(tmp_path):
     assert result.exit_code == 0, result.output
     rows = {r["path"]: r["text"] for r in ds.dataset(out).to_table(columns=["path", "text"]).to_pylist()}
     assert rows == {"legacy/a.txt": "Naïve … señor", "b.txt": "Plain UTF-8 text, café.", "c.txt": ru.strip()}
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "scripts"
+
+
+def test_a_russian_man_page_is_refused_by_the_english_default_and_read_when_allowed(task):
+    """It was embedded by minilm, exit 0, no warning: its Cyrillic tokenizes into known pieces."""
+    files = {name: (SCRIPTS / name).read_bytes() for name in ("ru-cat.1.txt", "el-diff3.1.txt", "en-cat.1.txt",
+                                                             "de-cat.1.txt")}
+    texts, failures = texts_and_failures(task, files)
+    assert set(failures) == {"ru-cat.1.txt", "el-diff3.1.txt"}
+    assert "mostly Cyrillic" in failures["ru-cat.1.txt"] and "mostly Greek" in failures["el-diff3.1.txt"]
+    assert set(texts) == {"en-cat.1.txt", "de-cat.1.txt"}
+    allowed = embed_task(allow_other_scripts=True)
+    try:
+        texts, failures = texts_and_failures(allowed, files)
+    finally:
+        allowed.close_reading()
+    assert failures == {} and len(texts) == 4
+
+
+def test_the_summary_counts_them_as_texts_in_a_language_the_model_does_not_read(tmp_path):
+    root = tmp_path / "man"
+    root.mkdir()
+    for name in ("ru-cat.1.txt", "en-cat.1.txt"):
+        (root / name).write_bytes((SCRIPTS / name).read_bytes())
+    result = CliRunner().invoke(app, ["embed", str(root), "--out", str(tmp_path / "o.parquet"), "--progress", "off",
+                                      "--json"])
+    assert result.exit_code == 1
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (summary["succeeded"], summary["failed"], summary["unknown_tokens"]) == (1, 1, 1)
