@@ -29,7 +29,7 @@ def print_summary(s: Any) -> None:
 
 def _dry_run_line(s: Any) -> str:
     return (f"gpucli {s.task}: dry run — {s.inputs} inputs: {s.succeeded} would run, {s.unchanged} unchanged, "
-            f"{s.failed} would fail, {s.skipped} skipped" + (f", {s.pruned} would be pruned" if s.pruned else "")
+            f"{s.failed} would fail, {s.skipped} skipped" + _reasons(s) + (f", {s.pruned} would be pruned" if s.pruned else "")
             + f"; nothing written to {s.out}")
 
 
@@ -42,8 +42,16 @@ def _counts_line(s: Any) -> str:
             + (f" ({s.deduplicated} deduplicated)" if getattr(s, "deduplicated", 0) else "")
             + f", {s.failed} failed" + (f" ({s.unknown_tokens} in a language the model does not read)"
                                         if getattr(s, "unknown_tokens", 0) else "")
-            + f", {s.skipped} skipped" + (f" ({s.unchanged} unchanged since the last run)" if s.unchanged else "")
+            + f", {s.skipped} skipped" + _reasons(s)
             + (f", {s.unfinished} unfinished" if s.unfinished else "") + (f", {s.pruned} pruned" if s.pruned else ""))
+
+
+def _reasons(s: Any) -> str:
+    """` (73 no reader for this type, 3 excluded, 2 unchanged since the last run)`: why files were skipped."""
+    by_reason = getattr(s, "skipped_by_reason", None) or ({"unchanged since the last run": s.unchanged}
+                                                          if s.unchanged else {})
+    shown = [f"{n} {reason}" for reason, n in sorted(by_reason.items(), key=lambda kv: -kv[1]) if n]
+    return f" ({', '.join(shown)})" if shown else ""
 
 
 def _rows_line(s: Any) -> str:

@@ -47,9 +47,10 @@ class InputError(Exception):
     `stage` is where it failed (a `Stage`; its plain word is taken too).
     """
 
-    def __init__(self, stage: Stage | str, message: str) -> None:
+    def __init__(self, stage: Stage | str, message: str, cause: str = "") -> None:
         super().__init__(message)
         self.stage = Stage(stage)
+        self.cause = cause  # the failure record's cause: a skip's SkipReason, say
 
 
 class OutputError(RunFailedError):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,6 +41,7 @@ class Counts:
     back: int = 0  # inputs whose results are all back, not yet durable
     failed: int = 0
     skipped: int = 0
+    passed_over: int = 0  # files the walk found and does not read (issue 52): skipped, never inputs the reader had
     rows: int = 0  # durable rows
     rows_back: int = 0  # rows back from the models, not yet durable
     items: int = 0  # model items (embed: chunks) back
@@ -55,7 +55,7 @@ class Counts:
     def finished(self) -> int:
         """Inputs with their outcome: results back (written or not), failed or skipped. At the
         end, only what was written: results never written (an interrupt) are unfinished."""
-        return self.done + (0 if self.ended else self.back) + self.failed + self.skipped
+        return self.done + (0 if self.ended else self.back) + self.failed + self.skipped + self.passed_over
 
     @property
     def shown_rows(self) -> int:
@@ -65,8 +65,8 @@ class Counts:
     def total(self) -> int | None:
         """The walk's count once it ended, else the counting walk's (at least what was found)."""
         if self.walk_done:
-            return self.found
-        return None if self.expected is None else max(self.expected, self.found)
+            return self.found + self.passed_over
+        return None if self.expected is None else max(self.expected, self.found + self.passed_over)
 
 
 def start_line(version: str, task: str, model: str, devices: Sequence[str], out: str, runtime: str = "") -> str:
@@ -164,7 +164,7 @@ def status_text(c: Counts, elapsed: float, cost_name: str, eta: float | None = N
     elapsed = max(elapsed, 1e-9)
     phase = f"{c.phase}; " if c.phase and not c.ended else ""
     parts = [f"{phase}{c.finished}{_of_total(c)} inputs ({c.done} written)", f"{c.failed} failed",
-             f"{c.shown_rows} rows", *rates(c, elapsed, cost_name)]
+             f"{c.skipped + c.passed_over} skipped", f"{c.shown_rows} rows", *rates(c, elapsed, cost_name)]
     if not c.ended:
         parts += [f"queue {c.queued}", f"in flight {c.in_flight}"]
     parts.append(f"{elapsed:.0f}s")
@@ -195,26 +195,37 @@ def clock_text(seconds: float) -> str:
 
 
 class Speed:
-    """Inputs per second over the last `window_s` seconds (a few dozen samples, never more),
-    for the plain lines' ETA: the run's average would count the model's loading against it."""
+    """Inputs per second between the first and the last time the count of finished inputs grew, for
+    the ETA of the plain lines and the bar alike. The run's own average would count the model's loading
+    against it, and a recent window (30 s, as before) swung with every burst of results: on a run that
+    ended at 46 s it said 6:51 at 26 s and 4:44 at 39 s (issue 52). Measured from growth to growth, a
+    tree of similar files gives the run's steady rate even when results come back in bursts, so the
+    ETA converges (tests/unit/test_progress.py); between two bursts it counts down. Two samples kept."""
 
     def __init__(self, window_s: float = 30.0) -> None:
-        self.window_s = window_s
-        self._samples: deque[tuple[float, int]] = deque()
+        self.window_s = window_s  # kept for callers; the estimate no longer uses a window
+        self._first: tuple[float, int] | None = None  # the first growth: (when, finished)
+        self._last: tuple[float, int] | None = None  # the last growth
+        self._now = 0.0
+        self._seen = -1
 
     def add(self, now: float, finished: int) -> None:
-        self._samples.append((now, finished))
-        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
-            self._samples.popleft()
+        self._now = now
+        if self._seen >= 0 and finished > self._seen:
+            if self._first is None:
+                self._first = (now, finished)
+            self._last = (now, finished)
+        self._seen = max(self._seen, finished)
 
     def eta(self, total: int | None, finished: int) -> float | None:
-        """Seconds to go at the recent speed; None while the total or a speed is unknown."""
-        if total is None or len(self._samples) < 2:
+        """Seconds to go at that rate, less the time since the last growth; None while the total or a
+        rate is unknown."""
+        if total is None or self._first is None or self._last is None:
             return None
-        (t0, n0), (t1, n1) = self._samples[0], self._samples[-1]
+        (t0, n0), (t1, n1) = self._first, self._last
         if n1 <= n0 or t1 <= t0:
             return None
-        return max(total - finished, 0) / ((n1 - n0) / (t1 - t0))
+        return max(max(total - finished, 0) * (t1 - t0) / (n1 - n0) - (self._now - t1), 0.0)
 
 
 async def tick(progress: Progress, counts_now: Callable[[], Counts], every_s: float = 0.25) -> None:
@@ -224,6 +235,8 @@ async def tick(progress: Progress, counts_now: Callable[[], Counts], every_s: fl
         await asyncio.sleep(every_s)
 
 
+NO_ETA = "-:--:--"  # the ETA column while it is unknown (rich's own placeholder)
+SEPARATOR = " · "
 BAR_WIDTH = 24  # with spinner, name, M/N, elapsed and ETA: about 67 columns; used from NARROW columns up
 NARROW_BAR_WIDTH = 10  # the short layout: spinner, task, bar, M/N, elapsed, ETA in about 50 of 80 columns
 
@@ -260,7 +273,8 @@ class RichProgress(Progress):
         self.layout = layout_for(self.console.width, task)
         self.bars = _bars(self.console, self.layout)
         self.bars.start()
-        self.files = self.bars.add_task(self.layout.description, total=None, detail="")
+        self.files = self.bars.add_task(self.layout.description, total=None, detail="", eta=NO_ETA)
+        self._speed = Speed()
 
     def start(self, text: str) -> None:
         self.console.print(text, highlight=False, markup=False)  # rich wraps it on words at the width
@@ -268,21 +282,49 @@ class RichProgress(Progress):
     def update(self, c: Counts) -> None:
         """M/N: inputs with their outcome (results back, not only written) of the total, the
         counting walk's until the walk ends; rich's ETA follows once the total is known."""
-        self.bars.update(self.files, completed=c.finished, total=c.total, detail=self.detail(c))
+        self._speed.add(self.console.get_time(), c.finished)  # rich's clock, as its elapsed column's
+        eta = None if c.ended else self._speed.eta(c.total, c.finished)
+        shown = NO_ETA if eta is None else clock_text(eta)
+        self.bars.update(self.files, completed=c.finished, total=c.total, eta=shown,
+                         detail=self.fitted(self.detail(c), self._room(c)))
 
-    def detail(self, c: Counts) -> str:
-        """Markup: what update() puts in is escaped. Most needed first: the cut takes the end."""
+    def _room(self, c: Counts) -> int:
+        """Columns left for the detail: the terminal's less the fixed columns (spinner, name, bar, M/N,
+        elapsed, ETA) and the space between them."""
+        count = len(f"{c.finished}/{c.total}") if c.total is not None else len(str(c.finished))
+        fixed = 1 + len(self.layout.description) + self.layout.bar_width + count + 2 * len(NO_ETA)
+        return self.console.width - fixed - 6
+
+    @staticmethod
+    def fitted(parts: list[str], room: int) -> str:
+        """The detail's fields, joined, as many as fit `room` columns, whole: fields are dropped from the
+        end, never cut mid-word (at 80 columns the line was cut at `0.0 rows/s ·…`, issue 52)."""
+        from rich.text import Text
+
+        kept: list[str] = []
+        width = 0
+        for part in parts:
+            wide = Text.from_markup(part).cell_len + (len(SEPARATOR) if kept else 0)
+            if width + wide > room:
+                break
+            kept.append(part)
+            width += wide
+        return SEPARATOR.join(kept)
+
+    def detail(self, c: Counts) -> list[str]:
+        """Markup: what update() puts in is escaped. Most needed first: the fit drops the end."""
         from rich.markup import escape
 
         elapsed = max(time.monotonic() - self.started, 1e-9)
         failed = f"[red]{c.failed} failed[/]" if c.failed else "0 failed"
         per_input, per_row, per_cost = rates(c, elapsed, escape(self.cost_name))
-        parts = [failed, per_input, per_row, f"{c.done} written", f"{c.shown_rows} rows", per_cost]
+        parts = [failed, per_input, f"{c.skipped + c.passed_over} skipped", per_row, f"{c.done} written",
+                 f"{c.shown_rows} rows", per_cost]
         if not c.ended:
             parts += [f"queue {c.queued}", f"in flight {c.in_flight}"]
         if c.phase and not c.ended:  # "loading the model": while it shows, nothing is failed nor moving yet
             parts.insert(2, f"[yellow]{escape(c.phase)}[/]")
-        return " · ".join(parts)
+        return parts
 
     def log(self, message: str) -> None:
         self.console.print(f"gpucli: {message}", highlight=False, markup=False)
@@ -298,7 +340,6 @@ def _bars(console: Any, layout: Layout) -> Any:
         SpinnerColumn,
         TextColumn,
         TimeElapsedColumn,
-        TimeRemainingColumn,
     )
     from rich.progress import Progress as Bars
     from rich.table import Column
@@ -309,7 +350,7 @@ def _bars(console: Any, layout: Layout) -> Any:
                BarColumn(bar_width=layout.bar_width, table_column=Column(**fixed)),
                MofNCompleteColumn(table_column=Column(**fixed))]
     columns += [TimeElapsedColumn(table_column=Column(**fixed)),
-                TimeRemainingColumn(table_column=Column(**fixed)),
+                TextColumn("[cyan]{task.fields[eta]}", table_column=Column(**fixed)),  # Speed's ETA, as the lines
                 TextColumn("{task.fields[detail]}",  # markup: detail() escapes what it puts in
                            table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis", min_width=0))]
     return Bars(*columns, console=console, transient=False, refresh_per_second=4, expand=True)

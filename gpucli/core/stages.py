@@ -22,3 +22,17 @@ class Stage(str, enum.Enum):
 
     __str__ = str.__str__  # "decode", not "Stage.DECODE", in messages and f-strings
     __format__ = str.__format__
+
+
+class SkipReason(str, enum.Enum):
+    """Why a file the walk found was not read (issue 52): the summary, `--json`, the progress line and
+    `--dry-run` count skipped files by it, so that every file found is accounted for."""
+
+    NO_READER = "no reader for this type"  # its suffix is none the task reads, or its content is not text
+    EXCLUDED = "excluded"  # an --exclude pattern matched it
+    TOO_LARGE = "too large"  # over --max-file-mb, or inflating to more
+    OUTSIDE_ROOT = "link outside the root"  # a symbolic link that leaves the root: not followed
+    UNCHANGED = "unchanged since the last run"  # done by an earlier run (incremental)
+
+    __str__ = str.__str__
+    __format__ = str.__format__

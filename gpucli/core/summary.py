@@ -21,6 +21,9 @@ class RunSummary:
     succeeded: int = 0
     failed: int = 0
     skipped: int = 0
+    # of `skipped`, by reason (core/stages.SkipReason: "no reader for this type", "excluded", "too large", "link
+    # outside the root", "unchanged since the last run"): every file found is accounted for (issue 52)
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
     rows: int = 0
     out: str = ""
     failures_file: str = ""

@@ -37,12 +37,16 @@ def dry_run(config: RunConfig) -> RunSummary:
     summary.out, summary.dry_run = sink.display, True
     seen = set()
     own = own_paths(sink)
+    job.inputs.report.list_skipped = True  # files passed over are listed too, each with its reason (issue 52)
     for found in job.walk(exclude=own):
         if found.failure is not None:
             _say(found.failure.path, "skip" if found.failure.stage == Stage.SKIP else "fail", found.failure.error)
             seen.add(found.failure.path)
             summary.skipped += found.failure.stage == Stage.SKIP
             summary.failed += found.failure.stage != Stage.SKIP
+            if found.failure.stage == Stage.SKIP:
+                reason = found.failure.cause or found.failure.error
+                summary.skipped_by_reason[reason] = summary.skipped_by_reason.get(reason, 0) + 1
             continue
         source = found.source
         seen.add(source.path)

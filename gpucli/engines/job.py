@@ -169,7 +169,7 @@ class Job:
         return Attempts(self.output.begin_attempts, self.output.end_attempts)
 
     def walk_filter(self) -> WalkFilter:
-        return self.inputs.walk_filter(self.task_cls.suffixes)
+        return self.inputs.walk_filter(self.task_cls.suffixes, getattr(self.task_cls, "reads_extensionless", False))
 
     def walk_blocks(self, exclude: list[str] | None = None) -> Iterator[list[Source | Failure]]:
         """The inputs in blocks (RunInputs.blocks), less the output's own paths unless `exclude` is given."""
@@ -192,6 +192,7 @@ class Job:
         batches (local) or inputs (Ray) in flight."""
         counts = self.accounts.counts_now()
         counts.queued, counts.in_flight = queued, in_flight
+        counts.passed_over = self.inputs.report.passed_over  # the files the walk passed over, as it goes
         return counts
 
     def seen(self) -> Callable[[list[str]], None] | None:
@@ -233,6 +234,10 @@ class Job:
         busiest worker's model time, `write` the writer thread's time) and the exit code (the
         error's, when one stopped the run)."""
         unfinished = self.accounts.unfinished() if (stopping or error) and self.opened else 0
+        outcome.count_passed_over(self.summary, self.inputs.report)
+        for pattern in self.inputs.report.unmatched_excludes():
+            self.progress.warn(f"--exclude {pattern!r} matched no file (gitignore patterns: 'name' or 'name/' "
+                               "leaves out a directory at any depth, '/name' only at the root, '*.log' such files)")
         stages = {"read": self.clocks["read"].seconds, "write": write_s, "infer": infer_s, "queue": queue_s}
         s = outcome.summarize(self.summary, self.counts, time.monotonic() - self.started, stages, stopping, unfinished)
         s.exit_code = error.exit_code if error is not None else self._exit_code(stopping)

@@ -37,6 +37,14 @@ def summarize(s: RunSummary, counts: Counts, elapsed_s: float, stage_seconds: di
     return s
 
 
+def count_passed_over(s: RunSummary, report: WalkReport) -> None:
+    """The files the walk found and did not read, into `skipped` and its reasons (issue 52: every
+    file found is accounted for: inputs = succeeded + failed + skipped + unfinished)."""
+    s.skipped += report.passed_over
+    for reason, count in report.skipped.items():
+        s.skipped_by_reason[reason] = s.skipped_by_reason.get(reason, 0) + count
+
+
 def exit_code(config: RunConfig, s: RunSummary, stopping: int, found_nothing: bool) -> int:
     """The exit code of a run that ended or was stopped (see the module docstring)."""
     if stopping:

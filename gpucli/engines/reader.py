@@ -20,7 +20,8 @@ from typing import Any
 from gpucli.core.decision import Action, decide
 from gpucli.core.errors import InputError
 from gpucli.core.records import Failure, Items, ReadChunk, Source
-from gpucli.core.stages import Stage
+from gpucli.core.stages import SkipReason, Stage
+from gpucli.inputs.compressed import inflate, is_compressed
 from gpucli.inputs.stores.url import is_url
 from gpucli.inputs.tables import Record, take_text
 from gpucli.output.fingerprint import digest
@@ -47,8 +48,10 @@ def read_chunk(sources: list[Source], task: Any, max_bytes: int, known: dict[str
             data = take_text(source)  # a table's record (gpucli/inputs/tables.py) carries its text
             if data is None:
                 data = _read_bytes(source, max_bytes) if fetched is None else _taken(fetched, source)
+                if is_compressed(source.path):  # notes.txt.gz: read as notes.txt (inputs/compressed.py)
+                    data = inflate(source.path, data, max_bytes)
         except InputError as exc:
-            chunk.failures.append(Failure(source.path, exc.stage, str(exc)))
+            chunk.failures.append(Failure(source.path, exc.stage, str(exc), cause=exc.cause))
             continue
         source.digest = digest(data)
         if decision.done_digest and decision.done_digest == source.digest:
@@ -106,9 +109,9 @@ def _read_bytes(source: Source, max_bytes: int) -> bytes:
             raise InputError(Stage.READ, "replaced by another file after the walk; not read (a rerun reads it)")
         if not stat.S_ISREG(st.st_mode):
             raise InputError(Stage.READ, "not a regular file")
-        if st.st_size > max_bytes:
-            raise InputError(Stage.READ, f"file is {st.st_size / 2**20:.1f} MiB, over --max-file-mb "
-                                     f"{max_bytes / 2**20:g}; raise the limit to read it")
+        if st.st_size > max_bytes:  # a skip, not a failure (issue 52): the limit is the user's choice
+            raise InputError(Stage.SKIP, f"file is {st.st_size / 2**20:.1f} MiB, over --max-file-mb "
+                                     f"{max_bytes / 2**20:g}; raise the limit to read it", cause=SkipReason.TOO_LARGE)
         if st.st_size == 0:
             raise InputError(Stage.READ, "empty file (0 bytes)")
         return _read_fd(fd, min(st.st_size, max_bytes) + 1)  # not a max_bytes buffer per file

@@ -56,12 +56,13 @@ class RunInputs:
 
     def __init__(self, config: RunConfig, counts: Counts) -> None:
         self.config, self.counts = config, counts
-        self.report = WalkReport()
+        self.report = WalkReport(exclude_patterns=config.exclude)
         self._stop_count = threading.Event()  # the counting walk's (count_ahead): its number is no longer needed
 
-    def walk_filter(self, suffixes: tuple[str, ...]) -> WalkFilter:
-        """The task's suffixes, or --include's globs, less --exclude's."""
-        return WalkFilter(suffixes, self.config.include, self.config.exclude)
+    def walk_filter(self, suffixes: tuple[str, ...], extensionless: bool = False) -> WalkFilter:
+        """The task's suffixes, or --include's globs, less --exclude's; extensionless text files too
+        for a task that reads text (`extensionless`)."""
+        return WalkFilter(suffixes, self.config.include, self.config.exclude, extensionless)
 
     def blocks(self, flt: WalkFilter, exclude: list[str], max_bytes: int) -> Iterator[list[Source | Failure]]:
         """The inputs in blocks (walk.walk_blocks), at most `--limit` of them (a limited walk is

@@ -17,7 +17,7 @@ import re
 
 from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
-from gpucli.inputs.encodings import decode
+from gpucli.inputs.encodings import EncodingUnknown, decode
 
 MAX_CONTROL_RATIO = 0.01
 
@@ -33,6 +33,29 @@ def decode_text(data: bytes, encoding: str | None = None) -> str:
     if _looks_binary(text):
         raise InputError(Stage.DECODE, "binary content, not text (control characters in the decoded text)")
     return without_controls(text)
+
+
+SNIFF_BYTES = 8192  # what `looks_like_text` reads of a file
+
+
+def looks_like_text(head: bytes) -> bool:
+    """Whether a file whose first SNIFF_BYTES are `head` is text, as file(1) would say: it decodes
+    (a UTF-8 character cut at the end of the head is no matter) and is not binary. Text whose
+    encoding cannot be determined is text: read, it becomes a failure that says how to name it."""
+    if not head.strip():
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start >= len(head) - 3 and len(head) >= SNIFF_BYTES:
+            head = head[: exc.start]
+    try:
+        decode_text(head)
+    except EncodingUnknown:
+        return True
+    except InputError:
+        return False
+    return True
 
 
 # ECMA-48: CSI (ESC [ or the C1 byte 0x9b) parameters, intermediates, a final byte; OSC, DCS, SOS,

@@ -17,10 +17,12 @@ from pathlib import Path
 
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Failure, Source
-from gpucli.core.stages import Stage
+from gpucli.core.stages import SkipReason, Stage
+from gpucli.inputs.compressed import head, is_compressed
 from gpucli.inputs.own_outputs import is_output_dir, outputs_among
 from gpucli.inputs.scope import Found, WalkFilter, WalkReport
 from gpucli.inputs.stores.url import is_url
+from gpucli.inputs.text import SNIFF_BYTES, looks_like_text
 
 NON_REGULAR = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
                stat.S_IFBLK: "a block device"}
@@ -141,7 +143,7 @@ class _Walker:
         rel_dir = _rel(directory, self.base)
         prefix = "" if rel_dir == "." else rel_dir + "/"
         excluded = self._excluded_names(real, entries)
-        wants = self.flt.wants
+        why_not = self.flt.why_not
         by_suffix = self.flt.suffixes if not self.flt.include and not self.flt.exclude else None
         out: list[Source | Failure] = []
         add = out.append
@@ -161,9 +163,11 @@ class _Walker:
                 out.extend(_unwrapped(self._entry(entry, os.path.join(real, name), real_root, subdirs)))
                 continue
             rel = prefix + name
-            if not (name.lower().endswith(by_suffix) if by_suffix else wants(rel)):
-                self.report.pass_over(name)
-                continue
+            if not (by_suffix and name.lower().endswith(by_suffix)):
+                reason = why_not(rel)
+                if reason is not None:
+                    out.extend(self._pass_over(rel, name, reason))
+                    continue
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError as exc:
@@ -172,8 +176,18 @@ class _Walker:
             if not stat.S_ISREG(st.st_mode):  # replaced since the listing
                 out.extend(_unwrapped(self._file(entry.path, rel, explicit=False)))
                 continue
+            if self.flt.sniffs(name) and not _text_file(entry.path):
+                out.extend(self._pass_over(rel, name, SkipReason.NO_READER))
+                continue
             add(Source(-1, rel, entry.path, st.st_size, st.st_mtime_ns, "", st.st_dev, st.st_ino))
         yield out
+
+    def _pass_over(self, rel: str, name: str, reason: SkipReason) -> list[Failure]:
+        """A file found and not read: counted by reason (and, for --dry-run, a skip record to list)."""
+        self.report.pass_over(name, reason)
+        if reason is SkipReason.EXCLUDED:
+            self.report.excluded(rel, self.flt)
+        return [Failure(rel, Stage.SKIP, reason.value, cause=reason.value)] if self.report.list_skipped else []
 
     def _excluded_names(self, real: str, entries: list[os.DirEntry]) -> set[str] | tuple[()]:
         """Names in the directory `real` never read: this run's output and state, other outputs."""
@@ -198,7 +212,8 @@ class _Walker:
             yield from self._file(entry.path, rel, explicit=False)
         elif _is_dir(entry):
             if not _inside(entry.path, real_root):
-                yield Found(failure=Failure(rel, Stage.SKIP, "symlink to a directory outside the root; not followed"))
+                yield Found(failure=Failure(rel, Stage.SKIP, "symlink to a directory outside the root; not followed",
+                                            cause=SkipReason.OUTSIDE_ROOT.value))
             # else: its files are reached under their real path, each file once
         else:
             yield from self._alias(entry.path, rel, real_root, explicit=False)
@@ -206,7 +221,9 @@ class _Walker:
     def _alias(self, path: str, rel: str, real_root: str, explicit: bool) -> Iterator[Found]:
         """A file named through a symlink, or given as a root: the same file may have another
         name in this walk. It is read under its real path (see `_read_bytes`)."""
-        if not explicit and not self.flt.wants(rel):
+        reason = None if explicit else self.flt.why_not(rel)
+        if reason is not None:
+            yield from (Found(failure=f) for f in self._pass_over(rel, rel, reason))
             return
         if os.path.islink(path) and not os.path.exists(path):
             reason = "symlink loop" if _is_loop(path) else f"dangling symlink (target {os.readlink(path)!r} missing)"
@@ -214,7 +231,8 @@ class _Walker:
             return
         target = os.path.realpath(path)
         if not explicit and not _inside(target, real_root):
-            yield Found(failure=Failure(rel, Stage.SKIP, "symlink leaves the root; not followed"))
+            yield Found(failure=Failure(rel, Stage.SKIP, "symlink leaves the root; not followed",
+                                        cause=SkipReason.OUTSIDE_ROOT.value))
             return
         if _excluded(target, self.exclude) or self._listed(target):
             return  # the output itself, or a file the walk of a directory root names by its real path
@@ -233,8 +251,9 @@ class _Walker:
         return False
 
     def _file(self, path: str, rel: str, explicit: bool, alias: bool = False) -> Iterator[Found]:
-        if not explicit and not self.flt.wants(rel):
-            self.report.pass_over(rel)
+        reason = None if explicit else self.flt.why_not(rel)
+        if reason is not None:
+            yield from (Found(failure=f) for f in self._pass_over(rel, rel, reason))
             return
         try:
             st = os.stat(path)
@@ -244,6 +263,9 @@ class _Walker:
         kind = stat.S_IFMT(st.st_mode)
         if kind != stat.S_IFREG:
             yield Found(failure=Failure(rel, Stage.READ, f"not a regular file ({NON_REGULAR.get(kind, 'special file')})"))
+            return
+        if not explicit and self.flt.sniffs(rel.rsplit("/", 1)[-1]) and not _text_file(path):
+            yield from (Found(failure=f) for f in self._pass_over(rel, rel, SkipReason.NO_READER))
             return
         if alias:
             if (st.st_dev, st.st_ino) in self.aliases:
@@ -272,10 +294,7 @@ class _Counter(_Walker):
                  subdirs: list) -> Iterator[int]:  # type: ignore[override]
         if self.stop is not None and self.stop.is_set():
             raise _Stopped
-        rel_dir = _rel(directory, self.base)
-        prefix = "" if rel_dir == "." else rel_dir + "/"
         excluded = self._excluded_names(real, entries)
-        by_suffix = self.flt.suffixes if not self.flt.include and not self.flt.exclude else None
         count = 0
         for entry in entries:
             name = entry.name
@@ -287,15 +306,15 @@ class _Counter(_Walker):
                 continue
             if not plain:
                 count += len(_unwrapped(self._entry(entry, os.path.join(real, name), real_root, subdirs)))
-            elif name.lower().endswith(by_suffix) if by_suffix else self.flt.wants(prefix + name):
-                count += 1
+            else:
+                count += 1  # an input or a file passed over: both count (issue 52: every file accounted for)
         yield count
 
 
 def count_inputs(roots: list[str], flt: WalkFilter, exclude: Iterable[str | os.PathLike] = (),
                  stop: threading.Event | None = None) -> int | None:
     """How many entries `walk_blocks` yields for the same arguments (inputs, and the records
-    of entries it cannot read), learnt without a `stat` per file nor an object per input:
+    of entries it cannot read) and how many files it passes over (the report's `passed_over`), learnt without a `stat` per file nor an object per input:
     the progress's total, known long before the reader has been everywhere. Memory grows
     with the directories only, as the walk's. A hint: files may come and go before the walk
     reaches them. None when `stop` was set before the count ended, and for URL roots (a second
@@ -305,9 +324,22 @@ def count_inputs(roots: list[str], flt: WalkFilter, exclude: Iterable[str | os.P
     paths = [Path(os.path.abspath(r)) for r in roots if os.path.lexists(r)]
     counter = _Counter(paths, flt, frozenset(os.path.realpath(e) for e in exclude), stop)
     try:
-        return sum(block if isinstance(block, int) else len(block) for block in counter.run())
+        return sum(block if isinstance(block, int) else len(block) for block in counter.run()) + \
+            counter.report.passed_over
     except _Stopped:
         return None
+
+
+def _text_file(path: str) -> bool:
+    """An extensionless file (README, AUTHORS, a script) whose first bytes are text (text.looks_like_text);
+    an executable or other binary is not read."""
+    try:
+        if is_compressed(path):
+            return looks_like_text(head(path, SNIFF_BYTES))
+        with open(path, "rb", buffering=0) as file:
+            return looks_like_text(file.read(SNIFF_BYTES))
+    except OSError:
+        return True  # unreadable now: the reader reads it and says why
 
 
 def _unwrapped(found: Iterable[Found]) -> list[Source | Failure]:

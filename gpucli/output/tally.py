@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpucli.core.progress import Counts
 from gpucli.core.records import UNKNOWN_TOKENS, Failure, Items
-from gpucli.core.stages import Stage
+from gpucli.core.stages import SkipReason, Stage
 from gpucli.core.summary import RunSummary
 from gpucli.output.commit import Committed
 
@@ -31,13 +31,20 @@ class Tally:
     def unchanged(self, count: int) -> None:
         self.summary.unchanged += count
         self.summary.skipped += count
+        self._skipped_for(SkipReason.UNCHANGED.value, count)
 
     def failure(self, failure: Failure) -> None:
         if failure.stage == Stage.SKIP:
             self.summary.skipped += 1
+            self._skipped_for(failure.cause or failure.error, 1)
         else:
             self.summary.failed += 1
             self.summary.unknown_tokens += failure.cause == UNKNOWN_TOKENS
+
+    def _skipped_for(self, reason: str, count: int) -> None:
+        if count:
+            by_reason = self.summary.skipped_by_reason
+            by_reason[reason] = by_reason.get(reason, 0) + count
 
     def copy(self, sid: int) -> None:
         """A copy of content embedded once, to count as deduplicated once durable."""

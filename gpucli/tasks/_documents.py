@@ -22,6 +22,7 @@ from typing import Any
 from gpucli.core.errors import InputError
 from gpucli.core.records import Failure, Source
 from gpucli.core.stages import Stage
+from gpucli.inputs.compressed import inner_name
 from gpucli.inputs.encodings import NamedEncodings
 from gpucli.inputs.extract import Document, format_for, short_reason
 from gpucli.inputs.extract.ocr import IMAGE_SUFFIXES, OCR_MODES, OcrDocument, missing
@@ -53,7 +54,7 @@ class Documents:
         docs: list[Any] = [None] * len(sources)
         calls: dict[int, tuple] = {}  # input -> its call in an extraction child
         for i, (source, data) in enumerate(zip(sources, datas)):
-            call = None if type(source) is Record else self._call(source.path, data)
+            call = None if type(source) is Record else self._call(inner_name(source.path), data)
             if call is not None:
                 calls[i] = call
                 continue

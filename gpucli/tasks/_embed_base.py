@@ -46,6 +46,7 @@ class EmbedBase(Task):
     suffixes = tuple(dict.fromkeys((".txt", ".md", ".markdown", ".rst", ".text", ".csv", ".tsv", ".json", ".jsonl",
                                     ".tex", ".log", ".py", ".org", ".adoc") + document_suffixes()))
     Options = EmbedOptions
+    reads_extensionless = True  # README, AUTHORS, ChangeLog: read when their content is text (inputs/walk.py)
     reads_tables = True  # --from TABLE: texts from a table's rows (gpucli/inputs/tables.py)
     default_model = "minilm"
     cost_name = "tokens"

@@ -91,7 +91,7 @@ def test_the_total_is_known_before_the_walk_ends_and_the_last_line_has_nothing_i
     assert early, "the counting walk's total never showed while the reader's walk went on"
     assert any("/~2000 inputs" in line and "ETA" in line for line in progress.lines), progress.lines[-5:]
     last = progress.lines[-1]
-    assert "2000/2000 inputs (2000 written), 0 failed, 2000 rows" in last, last
+    assert "2000/2000 inputs (2000 written), 0 failed, 0 skipped, 2000 rows" in last, last
     for running in ("in flight", "queue", "ETA"):
         assert running not in last, last
     assert sum(1 for line in progress.lines if "2000/2000 inputs (2000 written)" in line) == 1, "the end once"

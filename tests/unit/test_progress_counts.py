@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gpucli.core.decision import Status
-from gpucli.inputs.scope import WalkFilter
+from gpucli.inputs.scope import WalkFilter, WalkReport
 from gpucli.inputs.walk import count_inputs, walk_blocks
 from tests.helpers import block, make_accounts, outputs, sources, unlistable
 
@@ -71,7 +71,9 @@ def test_at_the_end_only_what_was_written_counts_and_nothing_is_in_flight():
 # --- the counting walk ---------------------------------------------------------------------------
 
 def walked(roots, flt=TXT, exclude=()) -> int:
-    return sum(len(b) for b in walk_blocks([str(r) for r in roots], flt, exclude))
+    """The walk's entries and the files it passed over (issue 52: both are counted ahead)."""
+    report = WalkReport()
+    return sum(len(b) for b in walk_blocks([str(r) for r in roots], flt, exclude, report)) + report.passed_over
 
 
 def test_the_count_is_the_walk_s_with_its_filters_links_hidden_files_and_outputs(tree, tmp_path):
@@ -85,7 +87,7 @@ def test_the_count_is_the_walk_s_with_its_filters_links_hidden_files_and_outputs
     for flt in (TXT, WalkFilter((".txt",), exclude=("sub/*",)), WalkFilter((".txt",), include=("*.md", "c.*")),
                 WalkFilter(())):
         assert count_inputs([str(root)], flt) == walked([root], flt), flt
-    assert count_inputs([str(root)], TXT) == 7
+    assert count_inputs([str(root)], TXT) == 8  # 7 entries and b.md, passed over
 
 
 def test_the_count_leaves_out_what_the_walk_excludes_and_counts_unlistable_directories_once(tree, monkeypatch):

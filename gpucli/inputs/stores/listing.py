@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Failure, Source
-from gpucli.core.stages import Stage
+from gpucli.core.stages import SkipReason, Stage
 from gpucli.inputs.stores import filesystems
 from gpucli.inputs.stores.pages import Pages
 from gpucli.inputs.stores.retry import reason, retrying
@@ -129,8 +129,11 @@ class _Lister:
             name = posixpath.basename(key)
             if key.endswith("/") or not name:
                 continue  # a "directory marker" a console made
-            if name.startswith(".") or not self.flt.wants(rel):
-                self.report.pass_over(name)
+            reason = self.flt.why_not(rel)
+            if reason is None and self.flt.sniffs(name):
+                reason = SkipReason.NO_READER  # an object is not sniffed: a request per extensionless one
+            if name.startswith(".") or reason is not None:
+                self.report.pass_over(name, reason or SkipReason.NO_READER)
                 continue
             out.append(self._source(key, obj))
         return out

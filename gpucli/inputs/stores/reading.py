@@ -15,7 +15,7 @@ from typing import Any
 
 from gpucli.core.errors import InputError
 from gpucli.core.records import Source
-from gpucli.core.stages import Stage
+from gpucli.core.stages import SkipReason, Stage
 from gpucli.inputs.stores import filesystems
 from gpucli.inputs.stores.retry import reason, retrying
 from gpucli.inputs.stores.url import StoreUrl
@@ -51,8 +51,8 @@ async def _fetch_all(fs: Any, sources: list[Source], max_bytes: int) -> list[byt
 def _refused(size: int, max_bytes: int) -> InputError | None:
     """The reader's rules for a local file (reader._read_bytes), in its words, for an object's size."""
     if size > max_bytes:
-        return InputError(Stage.READ, f"file is {size / 2**20:.1f} MiB, over --max-file-mb {max_bytes / 2**20:g}; "
-                                  "raise the limit to read it")
+        return InputError(Stage.SKIP, f"file is {size / 2**20:.1f} MiB, over --max-file-mb {max_bytes / 2**20:g}; "
+                                  "raise the limit to read it", cause=SkipReason.TOO_LARGE)
     if size == 0:
         return InputError(Stage.READ, "empty file (0 bytes)")
     return None
