@@ -173,7 +173,7 @@ def test_sliced_tokenizing_gives_the_same_windows_as_one_encode(monkeypatch):
 def test_a_window_spans_its_first_to_last_token_in_the_text_for_odd_texts():
     """One-window texts take only their first and last tokens' offsets: the span must equal
     the tokenizer's full offsets on accents, CJK, emoji, control and zero-width characters."""
-    task = create_task(TaskSpec("embed", "minilm"))
+    task = create_task(TaskSpec("embed", "minilm", {"allow_other_scripts": True}))  # Japanese: minilm reads English
     task.open()
     texts = ["  hello world  ", "Café naïve — ümlaut", "日本語のテキスト です", "emoji 😀 ok\t\n",
              "tab\tand ctrl-free", "a", "\u200b zero width \u200b", "word " * 400]

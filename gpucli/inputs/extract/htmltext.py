@@ -32,6 +32,10 @@ REMOVED = ["script", "style", "noscript", "template", "svg", "nav", "aside", "fo
 # (benchmarks/RESULTS-docs.md) boilerplate 4.0% -> 0.9% of the words, body recall unchanged (0.996)
 LANDMARKS = ", ".join([f'[role="{role}"]' for role in ("navigation", "banner", "contentinfo", "search",
                                                           "complementary")] + ["[hidden]", '[aria-hidden="true"]'])
+# generated manuals' page navigation (`_navigation`)
+TEXINFO_NAVIGATION = "div.header, div.nav-panel"
+DOCBOOK_NAVIGATION = "div.navheader, div.navfooter"
+NAV_WORDS = re.compile(r"(?:Next|Previous|Prev|Up|Forward|Back|Contents)\s*:")
 PAGE_PARTS = ("header", "footer")  # removed unless inside one of KEEPS_PARTS: there they are content
 KEEPS_PARTS = {"article", "section", "main"}
 CHROME = ("nav", "aside", "form", "noscript")  # of REMOVED: dropped unless they hold the page's MAIN content
@@ -116,6 +120,16 @@ def _remove_boilerplate(tree: LexborHTMLParser, open_ones: set[str]) -> None:
     parts = [part for part in PAGE_PARTS if part not in open_ones]
     _drop([node for node in (tree.css(", ".join(parts)) if parts else ())
            if not _inside(node, KEEPS_PARTS) and node.css_first(MAIN) is None])
+    _drop(_navigation(tree))
+
+
+def _navigation(tree: LexborHTMLParser) -> list[LexborNode]:
+    """The navigation generated manuals put on every page: Texinfo's "Next: ..., Previous: ..., Up: ..."
+    (div.header, div.nav-panel; it began chunk 0 of every page of libffi's manual, issue 52) and
+    DocBook XSL's navheader / navfooter tables."""
+    found = list(tree.css(DOCBOOK_NAVIGATION))
+    found += [node for node in tree.css(TEXINFO_NAVIGATION) if NAV_WORDS.match(node.text(strip=True))]
+    return found
 
 
 def _drop(nodes: list[LexborNode]) -> None:
