@@ -37,7 +37,7 @@ from gpucli.core.config import build_config
 from gpucli.core.errors import EXIT_SIGINT, OutputError
 from gpucli.core.notes import library_notes
 from gpucli.core.terminal import columns
-from gpucli.models.model_kind import alias_owner, looks_like_path, require_kind, wrong_task_alias
+from gpucli.models.model_kind import alias_owner, looks_like_path, near_alias, require_kind, wrong_task_alias
 from gpucli.tasks import all_tasks, every_option_name, task_of_module
 
 app = typer.Typer(
@@ -146,7 +146,10 @@ def check_model(task_cls: type, model: str, options: dict[str, Any] | None = Non
     if not model:
         return
     if not looks_like_path(model) and not alias_owner(model, _aliases([task_cls])):
-        found = wrong_task_alias(task_cls.name, model, _aliases(list(all_tasks().values())))
+        every = _aliases(list(all_tasks().values()))
+        found = wrong_task_alias(task_cls.name, model, every)
+        if found is None and not os.path.isdir(model):
+            found = near_alias(model, every)  # minlm -> minilm (issue 52)
         if found is not None:
             raise found
     if os.path.isdir(model) and not zero_shot(task_cls, options or {}):

@@ -94,9 +94,9 @@ class RunConfig:
                    "--text-column and --id-column must name two different columns")
         if not self.paths:
             raise UsageError("give at least one file or directory to read (or --from TABLE)")
-        _check(self.progress in PROGRESS_MODES, f"--progress must be one of {', '.join(PROGRESS_MODES)}")
-        _check(self.dtype in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}")
-        _check(self.engine in ENGINE_NAMES, f"--engine must be one of {', '.join(ENGINE_NAMES)}")
+        one_of("--progress", self.progress, PROGRESS_MODES)
+        one_of("--dtype", self.dtype, DTYPES)
+        one_of("--engine", self.engine, ENGINE_NAMES)
         _check(self.workers_per_device >= 0, "--workers-per-device must be 1 or more (or 0: the default)")
         _check(self.batch_size >= 0, "--batch-size must be positive")
         _check(self.max_batch_cost >= -1, "--max-batch-cost must be 0 (no cap) or positive")
@@ -107,9 +107,21 @@ class RunConfig:
         _check(self.part_rows >= 1, "part_rows must be positive")
         _check(self.batch_timeout_s > 0, "--batch-timeout-s must be positive")
         _check(self.setup_timeout_s > 0, "--setup-timeout-s must be positive")
-        _check(self.fail_on in ("new", "any", "never"), "--fail-on must be new, any or never")
+        one_of("--fail-on", self.fail_on, ("new", "any", "never"))
         _check(self.limit >= 0, "--limit must be 0 (no limit) or positive")
         _check(self.max_restarts >= 0, "max_restarts must be 0 or positive")
+
+
+def one_of(flag: str, value: str, choices: tuple[str, ...]) -> None:
+    """A usage error unless `value` is one of `choices`, saying which was meant when one is close
+    ("--progress rihc: must be one of auto, rich, plain, off; did you mean rich?")."""
+    if value in choices:
+        return
+    import difflib
+
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise UsageError(f"{flag} must be one of {', '.join(choices)}{hint}")
 
 
 def _check(ok: bool, message: str) -> None:

@@ -120,6 +120,23 @@ def wrong_task_alias(task: str, model: str, aliases: list[tuple[str, str]]) -> U
                       f"of {_article(task)} {task} model (see `gpucli models`)")
 
 
+def near_alias(model: str, aliases: list[tuple[str, str]]) -> UsageError | None:
+    """"--model minlm: no model of that name; did you mean minilm?" when `model` is no alias, no path
+    and no `org/name` Hub id, but close to an alias (difflib): it would otherwise go to the Hub and fail
+    with advice to `hf download minlm` (issue 52). A Hub id without an organisation (`gpt2`) far from
+    every alias is left alone."""
+    if "/" in model or looks_like_path(model) or alias_owner(model, aliases):
+        return None
+    import difflib
+
+    close = difflib.get_close_matches(model.lower(), [alias.lower() for alias, _ in aliases], n=1, cutoff=0.75)
+    if not close:
+        return None
+    alias, task = next((a, t) for a, t in aliases if a.lower() == close[0])
+    return UsageError(f"--model {model}: no model of that name; did you mean {alias} ({_article(task)} {task} model, "
+                      "see `gpucli models`)?")
+
+
 def _article(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
 
