@@ -257,7 +257,7 @@ def _looks_binary(text: str) -> bool:
 
 # Punctuation and symbols real text puts beside letters (quotes, dashes, the degree sign, the
 # Catalan middle dot, the soft hyphen...): not evidence against a reading.
-COMMON = set("«»‹›„“”‘’‚–—…•·°§¶©®™€£¥¢¹²³¿¡\u00a0\u00ad\u2009\u202f′″")
+COMMON = set("«»‹›„“”‘’‚–—…•·°§¶©®™€£¥¢¹²³¿¡´\u00a0\u00ad\u2009\u202f′″")
 # The letters beyond ASCII of each language a legacy code page serves (CLDR's main exemplar sets,
 # lower case; Cyrillic and Greek whole). A reading whose letters no single alphabet holds is suspect.
 ALPHABETS = {
@@ -275,7 +275,8 @@ ALPHABET_SETS = {lang: frozenset(letters) for lang, letters in ALPHABETS.items()
 CHECKED_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK")  # scripts whose letters the alphabets above cover
 IDEOGRAPHIC = {"CJK", "HIRAGANA", "KATAKANA", "HANGUL", "KATAKANA-HIRAGANA", "HALFWIDTH", "FULLWIDTH", "IDEOGRAPHIC",
                "BOPOMOFO"}
-APOSTROPHES = set("’‘\u02bc")
+CURRENCY = set("€£¥¢")
+APOSTROPHES = set("’‘\u02bc´`")  # ´ and ` stand for an apostrophe in many texts ("komma´s", "don´t")
 DASHES = set("–—\u00ad")  # between two words of three letters or more: "Paris–Roubaix"
 WORDS = re.compile(r"\S*[^\x00-\x7f]\S*")
 
@@ -315,7 +316,7 @@ def evidence(text: str) -> Evidence:
         faults += _mixed_scripts(word) + _case_breaks(word) + _all_accented(word) + (len(symbols) > 1)
     faults += text.count("\u203e") + text.count("¥")  # Shift_JIS X 0213's reading of ASCII's \\ and ~
     faults += _halfwidth_kana(text)
-    return Evidence(False, faults + _outside_alphabets(letters) + _capitals(letters, text))
+    return Evidence(False, faults + _outside_alphabets(letters))
 
 
 HALFWIDTH_KANA = re.compile("[\uff61-\uff9f]")
@@ -334,14 +335,6 @@ def _all_accented(word: str) -> int:
     writes one (Cyrillic read as Latin-1 looks so)."""
     return sum(1 for run in re.findall(r"[^\W\d_]{3,}", word)
                if not any(c.isascii() for c in run) and all(script(c) == "LATIN" for c in run))
-
-
-def _capitals(letters: Counter[str], text: str) -> int:
-    """Text is mostly lower case: when most cased letters beyond ASCII (30 or more) are capitals, a
-    quarter of the excess counts (KOI8-R read as CP1251 is capitals: "список" -> "УРЙУПЛ")."""
-    upper = sum(1 for c in text[:SAMPLE_BYTES] if not c.isascii() and c.isupper())
-    lower = sum(n for c, n in letters.items() if c.islower()) - upper
-    return (upper - lower) // 4 if upper + lower >= 30 and upper > lower else 0
 
 
 def _foreign_mark(word: str, i: int) -> int:
@@ -367,8 +360,8 @@ def _glued(word: str, i: int) -> bool:
         return False  # "☆첫가끝", "※注": symbols beside ideographs; a wrong CJK reading is coherence's to catch
     if "\u3000" <= c <= "\u303f" or "\uff00" <= c <= "\uffef" or c == "\u30fb":
         return not any(ch.isalpha() and script(ch) == "CJK" for ch in word)
-    if c not in COMMON:
-        return True
+    if c not in COMMON or c in CURRENCY:
+        return True  # a currency sign after a letter ("пользовани€", "ММДД££") is a letter read wrong
     if not (before and after) or c in APOSTROPHES or (c == "·" and word[i - 1] == word[i + 1] == "l"):
         return False
     return c not in DASHES or min(_letters_run(word, i, -1), _letters_run(word, i, 1)) < 3
@@ -411,10 +404,12 @@ def _mixed_scripts(word: str) -> int:
 
 
 def _case_breaks(word: str) -> int:
-    """A lower-case letter followed by a capital, one of them beyond ASCII ("пЯИБЕР", "GrŁŖe"):
-    no language writes that inside a word (ASCII camelCase is left alone)."""
-    return sum(1 for a, b in zip(word, word[1:])
-               if a.islower() and b.isupper() and not (a.isascii() and b.isascii()))
+    """A lower-case letter followed by a capital, or a capital between a letter and a lower-case one,
+    one of them beyond ASCII ("пЯИБЕР", "GrŁŖe", "KŲln", "kommaŽs"): no language writes that inside a
+    word (ASCII camelCase is left alone)."""
+    breaks = sum(1 for a, b in zip(word, word[1:]) if a.islower() and b.isupper() and not (a.isascii() and b.isascii()))
+    return breaks + sum(1 for a, b, c in zip(word, word[1:], word[2:])
+                        if a.isupper() and b.isupper() and c.islower() and not b.isascii())
 
 
 def _outside_alphabets(letters: Counter[str]) -> int:

@@ -105,9 +105,9 @@ def mixed(tmp_path_factory):
     write_encrypted_pdf(root / "locked.pdf")
     write_scan_pdf(root / "scan.pdf")
     (root / "fake.docx").write_bytes(b"this is not a zip archive at all")
-    (root / "laughs.xml").write_text('<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
-                                     '<!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>'
-                                     '<lolz>&lol2;</lolz>', encoding="utf-8")
+    levels = "".join(f'<!ENTITY lol{n} "{f"&lol{n - 1};" * 10}">' for n in range(1, 10))  # a billion laughs
+    (root / "laughs.xml").write_text(f'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol0 "lol">{levels}]>'
+                                     '<lolz>&lol9;</lolz>', encoding="utf-8")
     out = root.parent / "out.parquet"
     result = CliRunner().invoke(app, ["embed", str(root), "--out", str(out), "--json", "--quiet"])
     return root, out, result
@@ -125,7 +125,7 @@ def test_a_mixed_tree_gives_rows_for_documents_and_one_record_per_bad_one(mixed)
     assert summary["unknown_tokens"] == 1
     records = {r["path"]: r for r in map(json.loads, Path(summary["failures_file"]).read_text().splitlines())}
     assert set(records) == {"zh.txt", "broken.pdf", "locked.pdf", "scan.pdf", "fake.docx", "laughs.xml"}
-    assert "not a zip" in records["fake.docx"]["error"] and "entity" in records["laughs.xml"]["error"]
+    assert "not a zip" in records["fake.docx"]["error"] and "expand past the bound" in records["laughs.xml"]["error"]
     assert records["zh.txt"]["stage"] == "preprocess" and "unknown to the model" in records["zh.txt"]["error"]
     assert "multilingual-e5-small" in records["zh.txt"]["error"]
     assert "password" in records["locked.pdf"]["error"]

@@ -108,3 +108,15 @@ def test_named_encodings_by_glob_then_for_every_file():
     assert NamedEncodings.parse([]).for_path("x.txt") is None
     with pytest.raises(ValueError, match="not an encoding"):
         NamedEncodings.parse(["latin-9000"])
+
+
+def test_encoding_per_glob_in_the_config_file(tmp_path):
+    from gpucli.core.config import build_config
+    from gpucli.tasks._embed_options import EmbedOptions
+
+    config = tmp_path / "gpucli.toml"
+    config.write_text('[embed]\nencoding = ["legacy/*.txt=cp1252", "*.sjis=shift_jis"]\n', encoding="utf-8")
+    built = build_config("embed", EmbedOptions, {"paths": ("x",)}, config, environ={})
+    assert built.task_options["encoding"] == ("legacy/*.txt=cp1252", "*.sjis=shift_jis")
+    named = NamedEncodings.parse(EmbedOptions(**built.task_options).encoding)
+    assert named.for_path("legacy/a.txt") == "cp1252" and named.for_path("b.sjis") == "shift_jis"
