@@ -4,13 +4,12 @@ A file's text is its true text, or the file is one failure record that says its 
 not be determined and how to name it (`--encoding`, docs/encodings.md). The order, strongest
 evidence first:
 
-1. the encoding the user named for this path (`--encoding NAME` or `--encoding 'GLOB=NAME'`),
-   except where a byte-order mark or valid UTF-8 says otherwise (a named 7-bit escape encoding,
-   ISO-2022 or HZ, is pure ASCII and so valid UTF-8: it is taken as named);
-2. a byte-order mark (UTF-8, UTF-16, UTF-32);
-3. escape-based encodings, recognised by their escapes: ISO-2022-JP/-KR designations
+1. a byte-order mark (UTF-8, UTF-16, UTF-32);
+2. escape-based encodings, recognised by their escapes: ISO-2022-JP/-KR designations
    (`ESC $ B`...) and HZ's `~{ ... ~}`, in 7-bit data (they are valid ASCII: UTF-8 must not win);
-4. valid UTF-8 (pure ASCII included);
+3. valid UTF-8 (pure ASCII included);
+4. the encoding the user named for this path (`--encoding NAME` or `--encoding 'GLOB=NAME'`),
+   decoding strictly (a named ISO-2022 or HZ encoding is taken before all of these);
 5. UTF-16 without a mark (NULs in every other byte of ASCII-heavy text);
 6. NUL bytes: binary, refused;
 7. among the legacy encodings (`CANDIDATES`: the Windows, ISO and DOS code pages of Western,
@@ -24,8 +23,9 @@ a control, unassigned or private-use character rules a reading out; a symbol glu
 ("Gr¸þe"), letters of two alphabets in one word ("Cafй", "b飉e"), a case pattern no language
 writes ("пЯИБЕР", "GrŁŖe"), and letters no single language's alphabet holds together ("crčme
 brűlée": Czech č beside Hungarian ű) each count against it. Readings still tied after that are
-ranked by charset-normalizer's coherence (letter frequencies per language: it tells Big5 from GBK
-and KOI8-R from CP1251 on a paragraph) when the difference is clear, else refused. Measured on
+ranked by letter frequencies only within one non-Latin script and one case (`_by_coherence`: the
+frequent ideographs of Chinese, Japanese or Korean tell Big5 from GBK; charset-normalizer's
+coherence KOI8-R from CP1251 on a paragraph) when the difference is clear, else refused. Measured on
 Python's cjkencodings test data and Western, Central-European and Cyrillic texts in their code
 pages (benchmarks/encodings.py, docs/encodings.md): no row with a text that is not the truth.
 """
@@ -68,7 +68,7 @@ class EncodingUnknown(InputError):
     def __init__(self, readings: list[str]) -> None:
         if readings:
             shown = " or ".join(readings[:3])
-            why = f"its encoding could not be determined (it reads as {shown}, with no evidence for either)"
+            why = f"its encoding could not be determined (it reads as {shown}, and the evidence does not decide)"
         else:
             why = "its encoding could not be determined (no text encoding decodes it)"
         super().__init__(Stage.DECODE, f"{why}; name it with --encoding NAME, or --encoding 'GLOB=NAME' for "
@@ -107,16 +107,16 @@ class NamedEncodings:
 
 def decode(data: bytes, named: str | None = None) -> str:
     """The text of `data` (see the module doc), or an InputError (stage decode) saying why not."""
-    escape = _escape_encoding(data)
-    if named is not None and (escape is not None or named in ESCAPE_ENCODINGS):
+    if named in ESCAPE_ENCODINGS:  # 7-bit: valid UTF-8 too, so taken as named
         return _strict(data, named, "as --encoding names it")
+    escape = _escape_encoding(data)
     for bom, encoding in BOMS:
         if data.startswith(bom):
             try:
                 return data.decode(encoding)
             except UnicodeDecodeError:
                 break
-    if escape is not None and named is None:
+    if escape is not None:
         return data.decode(escape)
     try:
         return data.decode("utf-8")
@@ -186,7 +186,8 @@ def detect(data: bytes) -> str:
     if not scored:
         raise EncodingUnknown([])
     best = [(ev, text) for ev, text in scored if ev.faults == scored[0][0].faults]
-    if len(best) > 1 and len({_main_script(text) for _, text in best}) == 1 and _main_script(best[0][1]) != "LATIN":
+    if len(best) > 1 and len({(_main_script(text), _capitals(text)) for _, text in best}) == 1 \
+            and _main_script(best[0][1]) != "LATIN":
         best = _by_coherence(best)
     if len(best) > 1:
         if all(_looks_binary(text) for _, text in best):
@@ -237,6 +238,15 @@ def _frequent_ideographs(text: str) -> float:
     if not ideographs:
         return 0.0
     return max(sum(1 for c in ideographs if c in frequent) for frequent in _FREQUENT[0]) / len(ideographs)
+
+
+def _capitals(text: str) -> bool:
+    """Whether most cased letters beyond ASCII are capitals. KOI8-R and CP1251 swap the cases: a
+    lower-case line read in the other is capitals, whose letter frequencies mislead the coherence
+    ("исследует" as "ХЯЯКЕДСЕР"); readings whose cases differ so are not ranked by it, but refused."""
+    upper = sum(1 for c in text[:SAMPLE_BYTES] if not c.isascii() and c.isupper())
+    lower = sum(1 for c in text[:SAMPLE_BYTES] if not c.isascii() and c.islower())
+    return upper > lower
 
 
 def _main_script(text: str) -> str:
