@@ -56,7 +56,7 @@ class RunInputs:
 
     def __init__(self, config: RunConfig, counts: Counts) -> None:
         self.config, self.counts = config, counts
-        self.report = WalkReport(exclude_patterns=config.exclude)
+        self.report = WalkReport(exclude_patterns=tuple(p for p in config.exclude if not p.startswith("!")))
         self._stop_count = threading.Event()  # the counting walk's (count_ahead): its number is no longer needed
 
     def walk_filter(self, suffixes: tuple[str, ...], extensionless: bool = False) -> WalkFilter:

@@ -121,7 +121,7 @@ class WalkReport:
         if suffix in self.passed_over_suffixes or len(self.passed_over_suffixes) < 64:
             self.passed_over_suffixes[suffix] = self.passed_over_suffixes.get(suffix, 0) + 1
 
-    def excluded(self, rel: str, flt: WalkFilter) -> None:
+    def saw_excluded(self, rel: str, flt: WalkFilter) -> None:
         """`rel` was left out by --exclude: the patterns that matched it are not "matching nothing"."""
         if self._unmatched is None:
             self._unmatched = set(self.exclude_patterns)

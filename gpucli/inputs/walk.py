@@ -186,7 +186,7 @@ class _Walker:
         """A file found and not read: counted by reason (and, for --dry-run, a skip record to list)."""
         self.report.pass_over(name, reason)
         if reason is SkipReason.EXCLUDED:
-            self.report.excluded(rel, self.flt)
+            self.report.saw_excluded(rel, self.flt)
         return [Failure(rel, Stage.SKIP, reason.value, cause=reason.value)] if self.report.list_skipped else []
 
     def _excluded_names(self, real: str, entries: list[os.DirEntry]) -> set[str] | tuple[()]:

@@ -129,11 +129,13 @@ class _Lister:
             name = posixpath.basename(key)
             if key.endswith("/") or not name:
                 continue  # a "directory marker" a console made
+            if name.startswith("."):
+                continue  # a dot-file, left out as on disk (not counted: hidden files are not inputs)
             reason = self.flt.why_not(rel)
             if reason is None and self.flt.sniffs(name):
                 reason = SkipReason.NO_READER  # an object is not sniffed: a request per extensionless one
-            if name.startswith(".") or reason is not None:
-                self.report.pass_over(name, reason or SkipReason.NO_READER)
+            if reason is not None:
+                self.report.pass_over(name, reason)
                 continue
             out.append(self._source(key, obj))
         return out
