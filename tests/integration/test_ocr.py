@@ -155,7 +155,8 @@ def default_run(tree):
 def test_with_ocr_auto_scanned_pages_are_read_by_ocr_with_their_page_and_ocr_true(default_run):
     out, result, summary = default_run
     assert result.exit_code == 1, result.stderr  # blank.pdf
-    assert summary["inputs"] == 4  # scan, mixed, blank, note: an image is no input without --ocr on
+    # scan, mixed, blank, note, and the image: skipped without --ocr on (issue 52: every file is accounted for)
+    assert summary["inputs"] == 5 and summary["skipped_by_reason"] == {"no reader for this type": 1}
     got = [r for r in rows(out) if r["path"] == "scan.pdf"]
     assert {r["page"] for r in got} == {1, 2} and all(r["ocr"] for r in got)
     for number, paragraphs in enumerate(PAGES, start=1):
