@@ -101,11 +101,12 @@ def collection_recall(storage: Path) -> tuple[float, int]:
     import numpy as np
     import qdrant_edge as edge
 
+    from gpucli.output.sinks.qdrant import parse_target
     from gpucli.output.sinks.qdrant.edge import SEARCH_EF, EdgeClient
 
-    client = EdgeClient(str(storage))
+    client = EdgeClient(parse_target(f"qdrant:{storage}/docs"))
     try:
-        shard = client.shard("docs")
+        shard = client.shard()
         records, _ = shard.scroll(edge.ScrollRequest(limit=100, with_vector=True))
         return recall(shard, queries_near(records, np.random.default_rng(0)), SEARCH_EF)[0], \
             shard.info().indexed_vectors_count
@@ -119,15 +120,16 @@ def forced_hnsw(storage: Path, work: Path) -> dict:
     import numpy as np
     import qdrant_edge as edge
 
+    from gpucli.output.sinks.qdrant import parse_target
     from gpucli.output.sinks.qdrant.edge import SEARCH_EF, EdgeClient
 
-    client = EdgeClient(str(storage))
+    client = EdgeClient(parse_target(f"qdrant:{storage}/docs"))
     try:
-        source, config = client.shard("docs"), client.get_collection("docs").config.params.vectors
+        source, size = client.shard(), client.describe().dims
         copy = work / "hnsw-copy"
         shutil.rmtree(copy, ignore_errors=True)
         shard = edge.EdgeShard.create(str(copy), edge.EdgeConfig(
-            vectors=edge.EdgeVectorParams(size=config.size, distance=edge.Distance.Cosine),
+            vectors=edge.EdgeVectorParams(size=size, distance=edge.Distance.Cosine),
             optimizers=edge.EdgeOptimizersConfig(indexing_threshold=1)))
         offset, count = None, 0
         while True:

@@ -90,19 +90,30 @@ def unlistable(monkeypatch, directory: Path) -> None:
 
 
 def points(storage: Path, collection: str) -> list:
-    """Every point of an embedded collection (Qdrant Edge), as qdrant-client's records."""
+    """Every point of an embedded collection (Qdrant Edge): records with a string `id`, the
+    `payload`, and the `vector` (the unnamed one alone as a list, else {name: vector})."""
+    from types import SimpleNamespace
+
+    import qdrant_edge as edge
+
+    from gpucli.output.sinks.qdrant import parse_target
     from gpucli.output.sinks.qdrant.edge import EdgeClient
 
-    client = EdgeClient(str(storage))
+    client = EdgeClient(parse_target(f"qdrant:{storage}/{collection}"))
     try:
-        found, offset = [], None
+        shard, found, offset = client.shard(), [], None
         while True:
-            batch, offset = client.scroll(collection, limit=256, offset=offset, with_payload=True, with_vectors=True)
-            found.extend(batch)
+            batch, offset = shard.scroll(edge.ScrollRequest(offset=offset, limit=256, with_payload=True,
+                                                            with_vector=True))
+            found.extend(SimpleNamespace(id=str(r.id), payload=r.payload, vector=_unnamed(r.vector)) for r in batch)
             if offset is None:
                 return found
     finally:
         client.close()
+
+
+def _unnamed(vector):
+    return vector[""] if isinstance(vector, dict) and set(vector) == {""} else vector
 
 
 class FaultStub:

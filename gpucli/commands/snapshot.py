@@ -3,7 +3,10 @@ snapshot, the file a server restores into a collection (issue 42): what a run on
 wrote can be served by a Qdrant server without embedding it again.
 
 The storage is locked while it is packed (a run cannot write under it), the shard flushed and
-closed first, and the file written beside its final name and renamed there when complete.
+closed first, and the file written beside its final name and renamed there when complete. The
+command prints the server's three calls that restore it: make a collection with the same
+vectors (and gpucli's metadata, which `gpucli search` reads), upload the snapshot into its one
+shard, and index `path` (a server keeps its payload indexes per collection, not in the shard).
 """
 
 from __future__ import annotations
@@ -11,12 +14,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpucli.core.errors import UsageError, os_error
 from gpucli.core.notes import note
-from gpucli.output.sinks.qdrant import SPARSE_VECTOR, Connection, parse_target, vector_params
+from gpucli.output.sinks.qdrant import SPARSE_VECTOR, parse_target
+from gpucli.output.sinks.qdrant.vector_types import storage
+
+SERVER = "http://localhost:6333"
 
 
 @dataclass(frozen=True)
@@ -27,20 +34,47 @@ class Snapshot:
     bytes: int
     dims: int
     sparse: bool
+    name: str = ""  # the collection's name: the server's collection in the restore calls
+    vector_type: str = "float32"
+    metadata: dict[str, str] = field(default_factory=dict)
 
-    def restore_commands(self, url: str = "http://localhost:6333", name: str = "COLLECTION") -> list[str]:
-        """A server's calls that make a matching collection (one shard) and restore the snapshot into it."""
-        body: dict = {"vectors": {"size": self.dims, "distance": "Cosine"}, "shard_number": 1}
+    def restore_commands(self, url: str = SERVER) -> list[str]:
+        """A server's calls that make a matching collection (one shard), restore the snapshot into
+        it and index `path`, as gpucli made the embedded one."""
+        where = f"{url}/collections/{self.name}"
+        index = {"field_name": "path", "field_schema": "keyword"}
+        return [f"curl -X PUT '{where}' -H 'Content-Type: application/json' -d '{_quoted(self.collection_body())}'",
+                f"curl -X POST '{where}/shards/0/snapshots/upload?priority=snapshot' -F 'snapshot=@{self.file}'",
+                f"curl -X PUT '{where}/index?wait=true' -H 'Content-Type: application/json' -d '{_quoted(index)}'"]
+
+    def collection_body(self) -> dict[str, Any]:
+        """The collection's configuration as a server's REST API takes it."""
+        vectors: dict[str, Any] = {"size": self.dims, "distance": "Cosine"}
+        kept = storage(self.vector_type)
+        if kept.datatype:
+            vectors["datatype"] = kept.datatype
+        if kept.on_disk is not None:
+            vectors["on_disk"] = kept.on_disk
+        if kept.quantization == "int8":
+            vectors["quantization_config"] = {"scalar": {"type": "int8", "quantile": kept.quantile}}
+        elif kept.quantization == "binary":
+            vectors["quantization_config"] = {"binary": {}}
+        body: dict[str, Any] = {"vectors": vectors, "shard_number": 1}
         if self.sparse:
             body["sparse_vectors"] = {SPARSE_VECTOR: {"modifier": "idf"}}
-        return [f"curl -X PUT '{url}/collections/{name}' -H 'Content-Type: application/json' -d '{json.dumps(body)}'",
-                f"curl -X POST '{url}/collections/{name}/shards/0/snapshots/upload?priority=snapshot' "
-                f"-F 'snapshot=@{self.file}'"]
+        if self.metadata:
+            body["metadata"] = self.metadata
+        return body
+
+
+def _quoted(body: dict[str, Any]) -> str:
+    """JSON inside a shell's single quotes (a quote in a value closes and reopens them)."""
+    return json.dumps(body, ensure_ascii=False).replace("'", "'\\''")
 
 
 def snapshot(where: str, out_file: str) -> Snapshot:
     """Pack the embedded collection `where` (qdrant:PATH/COLLECTION) into `out_file`."""
-    from gpucli.output.sinks.qdrant.snapshot import export_snapshot
+    from gpucli.output.sinks.qdrant.edge import EdgeClient, export_snapshot
 
     if not where.startswith("qdrant:") or where.startswith(("qdrant://", "qdrants://")):
         raise UsageError(f"{where}: gpucli snapshot packs an embedded collection (qdrant:PATH/COLLECTION); a Qdrant "
@@ -49,28 +83,27 @@ def snapshot(where: str, out_file: str) -> Snapshot:
     out = Path(out_file)
     if out.is_dir():
         raise UsageError(f"{out_file} is a directory: name the snapshot file (e.g. {target.collection}.snapshot)")
-    conn = Connection(target)
+    client = EdgeClient(target)
     try:
-        for moved in conn.notices:
+        for moved in client.notices:
             note(moved)
-        client, name = conn.client, target.collection
-        if not conn.call("checking the collection", lambda: client.collection_exists(name)):
+        if not client.exists():
             raise UsageError(f"{target.display}: no such collection")
-        info = conn.call("reading the collection", lambda: client.get_collection(name))
-        dims, _ = vector_params(info, target.display)
-        sparse = SPARSE_VECTOR in (info.config.params.sparse_vectors or {})
-        conn.call("closing the shard", lambda: client.release(name))  # flushed and closed; the lock stays held
+        info = client.describe()
+        dims = info.size(target.display)
+        client.release()  # flushed and closed; the lock stays held
         partial = out.with_name(f".{out.name}.partial")
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            export_snapshot(client.shard_dir(name), partial)
+            export_snapshot(client.shard_dir, partial)
             os.replace(partial, out)
         except OSError as exc:
             partial.unlink(missing_ok=True)
             raise os_error(exc, str(out)) from None
-        return Snapshot(target.display, str(out), info.points_count, out.stat().st_size, dims, sparse)
+        return Snapshot(target.display, str(out), info.points, out.stat().st_size, dims, SPARSE_VECTOR in info.sparse,
+                        target.collection, info.vector_type, info.metadata)
     finally:
-        conn.close()
+        client.close()
 
 
 def render(result: Snapshot, json_out: bool) -> None:

@@ -232,6 +232,7 @@ class Output:
         """After `close`, for a run that found no input: take back what its open created (a new
         output's directories, its empty files, its lock and ledger), so that a mistaken path
         leaves nothing behind. Anything with content stays."""
+        self.sink.discard()  # what the sink's open made (an embedded Qdrant collection)
         created, new_files = self._made
         for path in new_files:
             try:

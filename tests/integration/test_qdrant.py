@@ -19,7 +19,7 @@ from gpucli.core.config import RunConfig
 from gpucli.core.errors import GpucliError, LockedError, UsageError
 from gpucli.engines.local.pipeline import Pipeline
 from gpucli.output.sinks import open_sink
-from gpucli.output.sinks.qdrant import QdrantSink, Retry, parse_target, point_id
+from gpucli.output.sinks.qdrant import Nearest, QdrantSink, Retry, parse_target, point_id
 from tests.fake_task import FAKE
 from tests.helpers import FaultStub, points, qdrant_schema, qdrant_table, run_fake
 
@@ -187,8 +187,8 @@ def test_another_model_needs_full_and_then_replaces_the_collection(tree, tmp_pat
     assert summary.succeeded == 1
     found = points(tmp_path / "qd", "docs")
     assert {p.payload["model"] for p in found} == {"fake-model-2"} and len(found) == 2
-    client = EdgeClient(str(tmp_path / "qd"))
-    assert client.get_collection("docs").config.metadata["gpucli.model"] == "fake-model-2"
+    client = EdgeClient(parse_target(out))
+    assert client.describe().metadata["gpucli.model"] == "fake-model-2"
     client.close()
 
 
@@ -199,9 +199,9 @@ def test_reset_empties_the_collection_and_supersede_drops_paths(tmp_path):
         sink.write(qdrant_table([("a.txt", 0), ("a.txt", 1), ("b.txt", 0), ("c.txt", 0)]))
         sink.supersede({"docs": {"a.txt", "c.txt"}}, {"a.txt"})
         sink.supersede({"docs": {"a.txt", "c.txt"}}, set())  # idempotent
-        assert [p.payload["path"] for p in sink.conn.client.scroll("docs")[0]] == ["b.txt"]
+        assert [hit.payload["path"] for hit in sink.client.search(Nearest([1.0, 0, 0, 0], 10))] == ["b.txt"]
         sink.reset()
-        assert sink.conn.client.count("docs").count == 0
+        assert sink.client.describe().points == 0
     finally:
         sink.close()
 

@@ -69,13 +69,13 @@ def test_a_run_that_wrote_builds_the_index_once_and_an_unchanged_rerun_builds_no
     from gpucli.output.sinks.qdrant.edge import EdgeClient
 
     built: list[str] = []
-    optimize = EdgeClient.optimize
+    index = EdgeClient.index
 
-    def counting(self, name):
-        built.append(name)
-        return optimize(self, name)
+    def counting(self):
+        built.append(self.target.collection)
+        return index(self)
 
-    monkeypatch.setattr(EdgeClient, "optimize", counting)
+    monkeypatch.setattr(EdgeClient, "index", counting)
     root = tree({f"f{i}.txt": f"line {i}\nanother {i}\n" for i in range(30)})
     out = f"qdrant:{tmp_path / 'qd'}/docs"
     assert run_fake([root], out, batch_size=4, part_rows=8).exit_code == 0
@@ -134,7 +134,7 @@ def test_an_index_build_stopped_by_ctrl_c_leaves_every_point_and_builds_next_tim
     import numpy as np
     import qdrant_edge as edge
 
-    from gpucli.output.sinks.qdrant.indexer import IndexingStopped, build_indexes
+    from gpucli.output.sinks.qdrant.edge.indexer import IndexingStopped, build_indexes
 
     path = tmp_path / "shard"
     config = edge.EdgeConfig(vectors=edge.EdgeVectorParams(size=32, distance=edge.Distance.Cosine),
@@ -145,7 +145,7 @@ def test_an_index_build_stopped_by_ctrl_c_leaves_every_point_and_builds_next_tim
         shard.update(edge.UpdateOperation.upsert_points(
             [edge.Point(i, vectors[i], {"n": i}) for i in range(start, start + 4000)]))
     shard.close()
-    child = subprocess.Popen([sys.executable, "-m", "gpucli.output.sinks.qdrant.indexer", str(path)], cwd=ROOT,
+    child = subprocess.Popen([sys.executable, "-m", "gpucli.output.sinks.qdrant.edge.indexer", str(path)], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)  # loaded and building (40k points take seconds here)
     os.kill(child.pid, signal.SIGINT)

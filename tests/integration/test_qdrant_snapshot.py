@@ -1,4 +1,4 @@
-"""`export_snapshot` (gpucli/output/sinks/qdrant/snapshot.py): a closed Qdrant Edge shard packed as a
+"""`export_snapshot` (gpucli/output/sinks/qdrant/edge/snapshot.py): a closed Qdrant Edge shard packed as a
 Qdrant shard snapshot comes back whole through `EdgeShard.unpack_snapshot` + `EdgeShard.load` (the same
 unpacking code a server runs: lib/shard/src/snapshots/snapshot_utils.rs), and its tar has the layout
 of a shard snapshot a server writes (POST /collections/{name}/shards/0/snapshots), which is, in
@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.core.errors import GpucliError, UsageError
-from gpucli.output.sinks.qdrant.snapshot import _file, _write_tar, export_snapshot
+from gpucli.output.sinks.qdrant.edge.snapshot import _file, _write_tar, export_snapshot
 
 qe = pytest.importorskip("qdrant_edge")
 

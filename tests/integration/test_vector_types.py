@@ -130,6 +130,7 @@ def test_json_lines_hold_each_type_and_search_finds_the_own_text(tree, tmp_path,
 
 
 def test_qdrant_gets_its_own_datatype_and_quantization_and_full_makes_the_collection_again(tree, tmp_path):
+    from gpucli.output.sinks.qdrant import parse_target
     from gpucli.output.sinks.qdrant.edge import EdgeClient
 
     storage = tmp_path / "q"
@@ -140,14 +141,18 @@ def test_qdrant_gets_its_own_datatype_and_quantization_and_full_makes_the_collec
     assert refused.exit_code == 2 and "--full" in refused.output
     assert embed(tree, f"qdrant:{storage}/int8", "--vector-type", "binary", "--full").exit_code == 0
     ranks_own_text_first(f"qdrant:{storage}/int8")
-    client = EdgeClient(str(storage))
-    try:
-        half, binary = (client.get_collection(name).config for name in ("float16", "int8"))
-    finally:
-        client.close()
-    assert half.params.vectors.datatype.value == "float16" and half.metadata["gpucli.vector_type"] == "float16"
-    assert binary.params.vectors.quantization_config.binary is not None
-    assert binary.metadata["gpucli.vector_type"] == "binary"
+    described = {}
+    for name in ("float16", "int8"):
+        client = EdgeClient(parse_target(f"qdrant:{storage}/{name}"))
+        try:
+            described[name] = client.describe()
+        finally:
+            client.close()
+    half, binary = described["float16"], described["int8"]
+    assert half.vector_type == "float16" and half.metadata["gpucli.vector_type"] == "float16"
+    assert binary.vector_type == "binary" and binary.metadata["gpucli.vector_type"] == "binary"
+    config = json.loads((storage / "edge" / "int8" / "edge_config.json").read_text())
+    assert config["vectors"][""]["quantization_config"] == {"binary": {}}  # Qdrant's own quantization
 
 
 def test_a_float32_output_refuses_another_vector_type_naming_full(tree, tmp_path):

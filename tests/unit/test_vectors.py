@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -203,14 +204,20 @@ def test_int8_and_bits_are_dictionary_encoded_to_about_a_byte_a_value_in_parquet
 
 @pytest.mark.parametrize("vector_type", ["float32", "float16", "int8", "binary"])
 def test_qdrant_params_make_a_collection_that_reports_its_type_back(vector_type):
-    from types import SimpleNamespace
-
+    """A server's `VectorParams` and Qdrant Edge's configuration, made for each type, read back as it."""
     from qdrant_client import models
 
-    from gpucli.output.sinks.qdrant.vector_types import params, search_params, stored_type
+    import gpucli.output.sinks.qdrant.edge.models as edge_models
+    from gpucli.output.sinks.qdrant.protocol import NewCollection
+    from gpucli.output.sinks.qdrant.server import _vector_storage
+    from gpucli.output.sinks.qdrant.vector_types import oversampling, storage, stored_type
 
-    vectors = models.VectorParams(size=8, distance=models.Distance.COSINE, **params(vector_type))
-    info = SimpleNamespace(config=SimpleNamespace(params=SimpleNamespace(vectors=vectors), quantization_config=None))
-    assert stored_type(info) == vector_type
-    quantized = search_params(vector_type)
-    assert (quantized is not None and quantized.quantization.rescore) == (vector_type in ("int8", "binary"))
+    vectors = models.VectorParams(size=8, distance=models.Distance.COSINE, **_vector_storage(storage(vector_type)))
+    datatype = getattr(vectors.datatype, "value", None)
+    kind = next((k for k in ("scalar", "binary") if getattr(vectors.quantization_config, k, None) is not None), None)
+    assert stored_type(datatype, kind) == vector_type
+    vectors_json = json.dumps({"vectors": {"": vectors.model_dump(mode="json", exclude_none=True)}})  # Qdrant's JSON
+    edge_config = json.loads(vectors_json)
+    assert edge_models.described(edge_config, {}, 0).vector_type == vector_type, vectors_json
+    assert edge_models.config(NewCollection(8, vector_type=vector_type), 1024) is not None
+    assert (oversampling(vector_type) is not None) == (vector_type in ("int8", "binary"))

@@ -93,6 +93,11 @@ class Sink:
     def close(self) -> None:
         """Flush and release; the output must be readable afterwards."""
 
+    def discard(self) -> None:
+        """After `close`, for a run that found no input: take back what `open` made beyond the
+        output's directories, lock and ledger (Output.discard removes those), e.g. an empty
+        collection."""
+
     def rows_of(self, location: str, keys: set[str]) -> pa.Table | None:
         """The rows these inputs have at `location`, as written (every column, in any order), for
         copies of their content (gpucli/output/dedup.py); may hold other rows too. None when it cannot

@@ -9,25 +9,36 @@ Options ride in the query string: `?text=false` leaves chunk text out of the pay
 `QDRANT_API_KEY` environment variable: never from the URL, never shown.
 
 The package, by role:
-    target.py      what `--out` names: parsing, no I/O
-    state_dir.py   where the ledger, lock and failures file live; moving a ledger of an earlier version
-    connection.py  the client, retries with backoff within a budget, error messages
-    edge.py        embedded mode: the calls gpucli makes of a QdrantClient, on a Qdrant Edge shard
-    edge_models.py qdrant-client's models as Edge's types and back
-    local_mode.py  a collection an earlier gpucli wrote in qdrant-client's local mode, moved to Edge
-    indexer.py     the shard's HNSW index built in a child process (Edge holds the GIL while it builds)
-    snapshot.py    an Edge shard as a shard snapshot a Qdrant server restores
-    collection.py  what a run needs of the collection: checking an existing one, creating one
-    points.py      rows as points (deterministic ids, payloads, sparse vectors) and their upserts
-    deletes.py     stale chunks of a shorter new version, removed inputs (prune), everything (--full)
-    sink.py        the sink: composes the above in open, write, reset, supersede and close
+    target.py       what `--out` names: parsing, no I/O
+    state_dir.py    where the ledger, lock and failures file live; moving a ledger of an earlier version
+    protocol.py     what gpucli asks of a collection, in its own types: the calls both modes answer
+    connect.py      the client for a target: a server's or the embedded one
+    server.py       a server, through qdrant-client (the only mode that imports it); retry.py its retries
+    edge/           embedded mode: Qdrant Edge in this process, behind one facade (EdgeClient); its
+                    index builds, shard snapshots and the move of an older local-mode collection
+    vector_types.py how Qdrant stores each --vector-type
+    collection.py   what a run needs of the collection: checking an existing one, creating one
+    points.py       rows as points (deterministic ids, payloads, sparse vectors)
+    deletes.py      stale chunks of a shorter new version, removed inputs (prune), everything (--full)
+    sink.py         the sink: composes the above in open, write, reset, supersede, close and discard
 """
 
-from gpucli.output.sinks.qdrant.collection import SPARSE_VECTOR, vector_params
-from gpucli.output.sinks.qdrant.connection import Connection, Retry, server_message
-from gpucli.output.sinks.qdrant.points import NAMESPACE, chunk_counts, point_id
+from gpucli.output.sinks.qdrant.connect import connect
+from gpucli.output.sinks.qdrant.points import NAMESPACE, point_id
+from gpucli.output.sinks.qdrant.protocol import (
+           SPARSE_VECTOR,
+           Client,
+           Described,
+           Found,
+           Hybrid,
+           Lexical,
+           Nearest,
+           SparseVector,
+)
+from gpucli.output.sinks.qdrant.retry import Retry, server_message
 from gpucli.output.sinks.qdrant.sink import QdrantSink
 from gpucli.output.sinks.qdrant.target import API_KEY_ENV, Target, is_qdrant, parse_target
 
-__all__ = ["API_KEY_ENV", "NAMESPACE", "SPARSE_VECTOR", "Connection", "QdrantSink", "Retry", "Target", "chunk_counts",
-           "is_qdrant", "parse_target", "point_id", "server_message", "vector_params"]
+__all__ = ["API_KEY_ENV", "NAMESPACE", "SPARSE_VECTOR", "Client", "Described", "Found", "Hybrid", "Lexical", "Nearest",
+           "QdrantSink", "Retry", "SparseVector", "Target", "connect", "is_qdrant", "parse_target", "point_id",
+           "server_message"]

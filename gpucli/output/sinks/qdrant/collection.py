@@ -11,12 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucli.core.errors import GpucliError, UsageError
-from gpucli.output.sinks.qdrant.connection import Connection
-from gpucli.output.sinks.qdrant.vector_types import params as vector_type_params
-from gpucli.output.sinks.qdrant.vector_types import stored_type
+from gpucli.core.errors import UsageError
+from gpucli.output.sinks.qdrant.protocol import SPARSE_VECTOR, Client, NewCollection
 
-SPARSE_VECTOR = "bm25"  # the named sparse vector of --sparse bm25, beside the unnamed dense one (issue 30)
 # How the vectors were made (issue 14): `gpucli search` embeds queries with the recorded query prompt.
 PROMPT_KEYS = ("gpucli.pooling", "gpucli.normalize", "gpucli.prompt", "gpucli.prompt_name", "gpucli.query_prompt",
                "gpucli.query_prompt_name")
@@ -76,57 +73,29 @@ class Mismatch:
         return f"--vector-type {wanted.vector_type}"
 
 
-def check_existing(conn: Connection, wanted: Wanted) -> Mismatch:
+def check_existing(client: Client, wanted: Wanted) -> Mismatch:
     """Refuse a collection of other dims or distance (UsageError, before any work); report the rest."""
-    name, display = conn.target.collection, conn.target.display
-    info = conn.call("reading the collection", lambda: conn.client.get_collection(name))
-    size, distance = vector_params(info, display)
+    display = client.target.display
+    found = client.describe()
+    size = found.size(display)
     if size != wanted.dims:
         raise UsageError(f"{display} holds {size}-d vectors; model {wanted.model!r} makes {wanted.dims}-d ones. "
                          "Write to another collection, use the model the collection was made with, or delete "
                          "the collection")
-    if distance != "Cosine":
-        raise UsageError(f"{display} uses {distance} distance; gpucli writes to Cosine collections. "
+    if found.distance != "Cosine":
+        raise UsageError(f"{display} uses {found.distance} distance; gpucli writes to Cosine collections. "
                          "Write to another collection")
-    stored = (getattr(info.config, "metadata", None) or {}).get("gpucli.model")
-    kept_type = stored_type(info)
+    stored = found.metadata.get("gpucli.model")
     return Mismatch(other_model=stored if stored and wanted.model and stored != wanted.model else "",
-                    without_sparse=wanted.sparse and SPARSE_VECTOR not in (info.config.params.sparse_vectors or {}),
-                    other_type="" if kept_type == wanted.vector_type else kept_type)
+                    without_sparse=wanted.sparse and SPARSE_VECTOR not in found.sparse,
+                    other_type="" if found.vector_type == wanted.vector_type else found.vector_type)
 
 
-def create(conn: Connection, wanted: Wanted) -> None:
-    """Make the collection: one unnamed cosine vector of the model's size (+ the sparse one)."""
-    from qdrant_client import models
-
-    name, client = conn.target.collection, conn.client
-    vectors = models.VectorParams(size=wanted.dims, distance=models.Distance.COSINE,
-                                  **vector_type_params(wanted.vector_type))  # --vector-type (issue 30)
-    # --sparse bm25 (issue 30): BM25's IDF is Qdrant's, from the collection (tasks/_sparse.py)
-    sparse = {SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)} if wanted.sparse else None
-    try:
-        conn.call("creating the collection", lambda: client.create_collection(
-            name, vectors_config=vectors, sparse_vectors_config=sparse, metadata=wanted.metadata))
-    except GpucliError as exc:
-        if "metadata" not in str(exc) and "unknown field" not in str(exc):
-            raise
-        # a server older than collection metadata (1.16): the points' `model` payload suffices
-        conn.call("creating the collection", lambda: client.create_collection(
-            name, vectors_config=vectors, sparse_vectors_config=sparse))
-    # a keyword index on path keeps the stale-chunk and prune deletes cheap (embedded mode too: Qdrant Edge)
-    conn.call("indexing path", lambda: client.create_payload_index(
-        name, "path", models.PayloadSchemaType.KEYWORD, wait=True))
-
-
-def vector_params(info: Any, display: str) -> tuple[int, str]:
-    """(size, distance name) of a collection's single unnamed vector."""
-    vectors = info.config.params.vectors
-    if isinstance(vectors, dict) or vectors is None:
-        names = ", ".join(vectors or {}) or "none"
-        raise UsageError(f"{display} uses named vectors ({names}); gpucli writes one unnamed vector per point. "
-                         "Write to another collection")
-    distance = getattr(vectors.distance, "value", vectors.distance)
-    return int(vectors.size), str(distance)
+def create(client: Client, wanted: Wanted) -> None:
+    """Make the collection: one unnamed cosine vector of the model's size (+ the sparse one), and a
+    keyword index on path."""
+    client.create(NewCollection(dims=wanted.dims, sparse=wanted.sparse, vector_type=wanted.vector_type,
+                                metadata=wanted.metadata))
 
 
 def schema_dims(schema: Any, metadata: dict[str, str]) -> int:

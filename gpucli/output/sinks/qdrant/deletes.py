@@ -5,55 +5,59 @@ idempotent: run twice, it deletes nothing more.
 
 from __future__ import annotations
 
-from gpucli.output.sinks.qdrant.connection import Connection
-from gpucli.output.sinks.qdrant.filters import qdrant_conditions, qdrant_filters
-from gpucli.output.sinks.qdrant.points import point_id
+from collections.abc import Iterator
+
+from gpucli.core.keys import SEP, split_key
+from gpucli.output.sinks.qdrant.points import point_ids
+from gpucli.output.sinks.qdrant.protocol import Client, Selection
 
 PROBE_IDS = 1024  # ids per stale-chunk probe
+KEYS_PER_DELETE = 256  # keys per filter
 
 
-def remove_stale(conn: Connection, counts: dict[str, int]) -> None:
+def remove_stale(client: Client, counts: dict[str, int]) -> None:
     """Chunks of one file are always numbered 0..n-1 with no gaps (every write covers a file
     whole, in order), so a file has stale points exactly when chunk n exists: probe those ids
     (cheap everywhere), and filter-delete only for files that shrank."""
-    from qdrant_client import models
-
-    for path in _shrunk(conn, counts):
-        selector = models.FilterSelector(filter=models.Filter(must=[
-            *qdrant_conditions(path),  # path, and a table's record's id
-            models.FieldCondition(key="chunk", range=models.Range(gte=counts[path])),
-        ]))
-        conn.call("deleting stale chunks",
-                  lambda s=selector: conn.client.delete(conn.target.collection, points_selector=s, wait=True))
+    for key in _shrunk(client, counts):
+        path, record_id = split_key(key)  # a table's record: its path and id
+        client.delete(Selection(paths=(path,), ids=(record_id,) if record_id is not None else (),
+                                from_chunk=counts[key]))
 
 
-def _shrunk(conn: Connection, counts: dict[str, int]) -> list[str]:
-    """The paths whose chunk number `counts[path]` exists: an older, longer version left it."""
+def _shrunk(client: Client, counts: dict[str, int]) -> list[str]:
+    """The keys whose chunk number `counts[key]` exists: an older, longer version left it."""
+    keys = list(counts)
+    probes = point_ids(keys, [counts[k] for k in keys])
     shrunk: list[str] = []
-    probes = [(path, point_id(path, n)) for path, n in counts.items()]
-    for start in range(0, len(probes), PROBE_IDS):
-        group = probes[start:start + PROBE_IDS]
-        found = conn.call("checking for stale chunks", lambda g=group: conn.client.retrieve(
-            conn.target.collection, ids=[pid for _, pid in g], with_payload=False, with_vectors=False))
-        present = {str(p.id) for p in found}
-        shrunk.extend(path for path, pid in group if pid in present)
+    for start in range(0, len(keys), PROBE_IDS):
+        present = client.present(probes[start:start + PROBE_IDS])
+        shrunk.extend(k for k, pid in zip(keys[start:start + PROBE_IDS], probes[start:start + PROBE_IDS])
+                      if pid in present)
     return shrunk
 
 
-def delete_inputs(conn: Connection, keys: list[str]) -> None:
+def delete_inputs(client: Client, keys: list[str]) -> None:
     """Delete every point of these inputs: files by path, a table's records by path and id."""
-    from qdrant_client import models
-
-    for selected in qdrant_filters(keys):
-        selector = models.FilterSelector(filter=selected)
-        conn.call("deleting points of removed files",
-                  lambda s=selector: conn.client.delete(conn.target.collection, points_selector=s, wait=True))
+    for selection in selections(keys):
+        client.delete(selection)
 
 
-def delete_everything(conn: Connection) -> None:
+def selections(keys: list[str], group: int = KEYS_PER_DELETE) -> Iterator[Selection]:
+    """Selections of every point of these keys (gpucli/core/keys.py), a few hundred keys each:
+    files by path, a table's records by path and id."""
+    files = sorted(k for k in keys if SEP not in k)
+    by_table: dict[str, list[str]] = {}
+    for path, record_id in (split_key(k) for k in keys if SEP in k):
+        by_table.setdefault(path, []).append(record_id or "")
+    for start in range(0, len(files), group):
+        yield Selection(paths=tuple(files[start:start + group]))
+    for path, ids in sorted(by_table.items()):
+        ids.sort()
+        for start in range(0, len(ids), group):
+            yield Selection(paths=(path,), ids=tuple(ids[start:start + group]))
+
+
+def delete_everything(client: Client) -> None:
     """Empty the collection, keeping its configuration (HNSW, quantization, indexes)."""
-    from qdrant_client import models
-
-    everything = models.FilterSelector(filter=models.Filter())
-    conn.call("emptying the collection",
-              lambda: conn.client.delete(conn.target.collection, points_selector=everything, wait=True))
+    client.delete(Selection())

@@ -8,10 +8,12 @@ the server's acknowledgement (`wait=True`): `write` returns only once its points
 All rows live in one place (the collection), so `write` names it as the location: a redone
 file is upserted in place (never stale), a pruned file's points are deleted by `supersede`.
 
-Server and embedded mode differ in four places only: where the state lives (state_dir.py),
-how calls fail and are retried (connection.py), how writes are made durable (embedded mode
-flushes its Qdrant Edge shard once per write, edge.py; a server acknowledges each call), and
-when the HNSW index is built (embedded: once, when a run that wrote closes; a server: itself).
+Server and embedded mode speak the same calls (protocol.py: a server through qdrant-client,
+server.py; Qdrant Edge in this process, edge/) and differ in four places only: where the state
+lives (state_dir.py), how calls fail and are retried (retry.py for a server; embedded errors are
+final), how writes are made durable (embedded mode flushes its Qdrant Edge shard once per write;
+a server acknowledges each call), and when the HNSW index is built (embedded: once, when a run
+that wrote closes; a server: itself).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from typing import ClassVar
 import gpucli.output.sinks.qdrant.collection as collection
 import gpucli.output.sinks.qdrant.deletes as deletes
 import gpucli.output.sinks.qdrant.state_dir as places
+from gpucli.core.keys import row_keys
 from gpucli.output.sinks.base import Sink
 from gpucli.output.sinks.qdrant.collection import Mismatch, Wanted
-from gpucli.output.sinks.qdrant.connection import Connection
-from gpucli.output.sinks.qdrant.points import Points, chunk_counts, upsert
+from gpucli.output.sinks.qdrant.connect import connect
+from gpucli.output.sinks.qdrant.points import as_points, chunk_counts
+from gpucli.output.sinks.qdrant.protocol import Client
 from gpucli.output.sinks.qdrant.target import is_qdrant, parse_target
 
 
@@ -41,10 +45,13 @@ class QdrantSink(Sink):
         self.parsed = parse_target(target)
         self.state_root = places.state_root(state_dir)
         self.notices: list[str] = []  # for the user, once open returns (a ledger moved)
-        self.conn: Connection | None = None
+        self.client: Client | None = None
         self.wanted = Wanted(dims=0)  # what this run writes: known once `open` has the schema
         self.mismatch = Mismatch()  # what `reset` must repair before the first write
         self._unindexed = False  # embedded: points were written since the shard's indexes were built
+        self._created = False  # this open made the collection (a run that found no input takes it back)
+        self._made_storage = False  # embedded: this open made the storage directory
+        self._wrote = False
 
     @classmethod
     def accepts(cls, target: str) -> bool:
@@ -74,14 +81,15 @@ class QdrantSink(Sink):
         if not self.parsed.local:
             self._adopt_legacy_ledger()
         self.wanted = Wanted.of(schema, metadata)
-        self.conn = conn = Connection(self.parsed)
-        name = self.parsed.collection
+        self._made_storage = self.parsed.local and not Path(self.parsed.path).exists()
+        self.client = client = connect(self.parsed)
         try:
-            if conn.call("checking the collection", lambda: conn.client.collection_exists(name)):
-                self.mismatch = collection.check_existing(conn, self.wanted)
+            if client.exists():
+                self.mismatch = collection.check_existing(client, self.wanted)
             else:
-                collection.create(conn, self.wanted)
-            self.notices.extend(conn.notices)  # a collection moved from qdrant-client's local mode
+                collection.create(client, self.wanted)
+                self._created = True
+            self.notices.extend(client.notices)  # a collection moved from qdrant-client's local mode
         except BaseException:
             self.close()  # the pipeline calls close only after a successful open; free the storage lock
             raise
@@ -98,64 +106,73 @@ class QdrantSink(Sink):
                                 "gpucli now keeps it per user, server and collection, whatever directory it runs "
                                 "from (--state-dir chooses another place)")
 
-    def _durable(self) -> None:
-        """Embedded: everything written so far is on disk once this returns (a server acknowledged
-        each call already)."""
-        if self.parsed.local:
-            name = self.parsed.collection
-            self.conn.call("syncing the storage", lambda: self.conn.client.flush(name))
+    def _open_client(self) -> Client:
+        if self.client is None:
+            raise RuntimeError("the Qdrant sink is used before open or after close. This is a bug.")
+        return self.client
 
     # --- write: upsert, then drop chunks a shorter new version no longer has -------------------
     def write(self, table) -> str:
         refusal = self.mismatch.refusal(self.display, self.wanted)
         if refusal is not None:
             raise refusal
-        upsert(self.conn, Points.of(table, self.wanted, with_text=self.parsed.text))
-        deletes.remove_stale(self.conn, chunk_counts(table))
-        self._durable()
-        self._unindexed = True
+        client = self._open_client()
+        keys, chunks = row_keys(table).to_pylist(), table.column("chunk").to_pylist()
+        client.upsert(as_points(table, keys, chunks, self.wanted, with_text=self.parsed.text))
+        deletes.remove_stale(client, chunk_counts(keys, chunks))
+        client.flush()  # embedded: on disk once this returns (a server acknowledged each call)
+        self._unindexed = self._wrote = True
         return self.parsed.collection
 
     # --- incremental runs (state.py) ------------------------------------------------------------
     def reset(self) -> None:
         """Empty the collection, keeping its configuration (HNSW, quantization, indexes), unless
         its vectors must change (then it is made again, empty)."""
-        deletes.delete_everything(self.conn)
+        client = self._open_client()
+        deletes.delete_everything(client)
         if self.mismatch.needs_new_collection:
-            self._recreate()
+            self._recreate(client)
         if self.mismatch.other_model:
-            name, client = self.parsed.collection, self.conn.client
-            self.conn.call("updating the collection",
-                           lambda: client.update_collection(name, metadata=self.wanted.metadata))
+            client.set_metadata(self.wanted.metadata)
         self.mismatch = Mismatch()
-        self._durable()
+        client.flush()
 
-    def _recreate(self) -> None:
+    def _recreate(self, client: Client) -> None:
         """--full on a collection made without --sparse or for another vector type: Qdrant changes
         no vectors of an existing collection, so the (now empty) collection is made again."""
-        name, client = self.parsed.collection, self.conn.client
-        self.conn.call("recreating the collection", lambda: client.delete_collection(name))
-        collection.create(self.conn, self.wanted)
+        client.drop()
+        collection.create(client, self.wanted)
         self.notices.append(f"made {self.display} again, with {self.mismatch.rebuilt_with(self.wanted)}: a Qdrant "
                             "collection's vectors are fixed when it is created")
 
     def supersede(self, stale: dict[str, set[str]], pruned: set[str]) -> None:
         """Delete every point of the given paths. A redone file is upserted in place under the
         same location and never listed here; a pruned one is. Idempotent."""
+        client = self._open_client()
         paths = sorted(set().union(*stale.values())) if stale else []
-        deletes.delete_inputs(self.conn, paths)  # files by path, a table's records by path and id
-        self._durable()
+        deletes.delete_inputs(client, paths)  # files by path, a table's records by path and id
+        client.flush()
 
     def close(self) -> None:
         """Embedded, after a run that wrote: build the indexes once, for everything this run
         wrote (Qdrant Edge builds none on its own), then release the storage."""
-        if self.conn is None:
+        if self.client is None:
             return
         try:
-            if self.parsed.local and self._unindexed:
-                name = self.parsed.collection
-                self.conn.call("indexing the collection", lambda: self.conn.client.optimize(name))
+            if self._unindexed:
+                self.client.index()
                 self._unindexed = False
         finally:
-            self.conn.close()
-            self.conn = None
+            self.client.close()
+            self.client = None
+
+    def discard(self) -> None:
+        """After `close`, for a run that found no input: the embedded collection this open made,
+        never written to, goes again, and with it the storage's lock file when this open made the
+        storage (Output.discard then removes the empty directories). A server's collection stays:
+        a server is shared, and a collection on it is no file left in the way."""
+        if self.parsed.local and self._created and not self._wrote and self.client is None:
+            from gpucli.output.sinks.qdrant.edge import discard_new
+
+            discard_new(Path(self.parsed.path), self.parsed.collection, self._made_storage)
+            self._created = False

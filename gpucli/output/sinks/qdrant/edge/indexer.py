@@ -8,7 +8,7 @@ never left to a process nobody locks for) and on Ctrl-C (the terminal's SIGINT r
 Qdrant builds new segments beside the old ones and swaps them in, so a stopped build leaves the
 points as they were, searched exactly until a later run that writes indexes them.
 
-    python -m gpucli.output.sinks.qdrant.indexer SHARD_DIR   # prints "optimized" or "optimal"
+    python -m gpucli.output.sinks.qdrant.edge.indexer SHARD_DIR   # prints "optimized" or "optimal"
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ def build_indexes(shard_dir: Path) -> bool:
     """Optimize the (closed) shard at `shard_dir` in a child; True when anything was rebuilt.
     Raises IndexingStopped when a signal stopped the child, RuntimeError with the child's last
     words when it failed (Qdrant's message: a full disk says `(os error 28)`)."""
-    child = subprocess.run([sys.executable, "-m", "gpucli.output.sinks.qdrant.indexer", str(shard_dir)],
-                           capture_output=True, text=True)
+    child = subprocess.run([sys.executable, "-m", __name__, str(shard_dir)], capture_output=True, text=True)
     if child.returncode < 0:
         raise IndexingStopped(f"stopped by {signal.Signals(-child.returncode).name}")
     if child.returncode != 0:

@@ -1,0 +1,87 @@
+"""Where an embedded collection lives on disk, the storage's lock, and the collection's metadata
+file (a shard keeps none of its own).
+
+Layout of `qdrant:PATH/COLLECTION`:
+    PATH/edge/COLLECTION/        the Edge shard (wal/, segments/, edge_config.json)
+    PATH/edge/COLLECTION.json    the collection's metadata (gpucli.model, prompts...)
+    PATH/.lock                   held while the storage is open: one process at a time. The same
+                                 file and lock (flock) as qdrant-client's local mode, so the two
+                                 never open one directory together.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import IO
+
+from gpucli.core.durable import fsync_dir
+from gpucli.core.errors import LockedError
+
+LOCK_FILE = ".lock"
+EDGE_DIR = "edge"
+CONFIG = "edge_config.json"  # Edge's own: the shard's vectors, as Qdrant's JSON
+
+
+def shard_dir(storage: str | Path, name: str) -> Path:
+    return Path(storage) / EDGE_DIR / name
+
+
+def meta_file(storage: str | Path, name: str) -> Path:
+    return Path(storage) / EDGE_DIR / f"{name}.json"
+
+
+def is_shard(path: Path) -> bool:
+    return (path / CONFIG).is_file()
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def write_json(target: Path, data: dict) -> None:
+    """Written whole to a temporary file, synced, renamed, and the rename synced with the
+    directory (core/durable.py): a crash or a power cut leaves the old or the new, never none."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(target.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, target)
+    fsync_dir(target.parent)
+
+
+def lock_storage(storage: Path) -> IO[str]:
+    """Take PATH/.lock as qdrant-client's local mode does (portalocker: flock, exclusive, not
+    waiting): one process at a time has the storage open, whichever client it uses. Closing
+    the returned file releases it."""
+    path = storage / LOCK_FILE
+    if not path.exists():
+        path.write_text("tmp lock file")
+    handle = open(path, "r+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise LockedError(f"the embedded Qdrant storage {storage} is in use by another process or client "
+                          "(embedded mode allows one at a time; use a Qdrant server for concurrent access)") from None
+    return handle
+
+
+def discard_new(storage: Path, name: str, made_storage: bool) -> None:
+    """Take back a collection that a run made and never wrote to (it found no input): its shard,
+    its metadata file, the `edge/` directory when nothing else is in it and, when the run made
+    the storage directory too, its lock file, so that the directory is left empty for the run's
+    own clean-up (Output.discard) to remove. Call it with the storage closed."""
+    shutil.rmtree(shard_dir(storage, name), ignore_errors=True)
+    meta_file(storage, name).unlink(missing_ok=True)
+    try:
+        (storage / EDGE_DIR).rmdir()  # only when empty: other collections stay
+    except OSError:
+        return
+    if made_storage:
+        (storage / LOCK_FILE).unlink(missing_ok=True)
