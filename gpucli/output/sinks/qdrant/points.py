@@ -16,11 +16,12 @@ import datetime as dt
 import hashlib
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
-from gpucli.output.sinks.qdrant.collection import Wanted
-from gpucli.output.sinks.qdrant.protocol import Points, SparseVector
+from gpucli.core.keys import row_keys
+from gpucli.output.sinks.qdrant.protocol import Rows, SparseVector
 
 # Fixed forever: changing it would change every point id and duplicate every collection.
 NAMESPACE = uuid.UUID("6f1c3a0e-8d2b-5b7e-9a41-3c5d2e7f9b10")
@@ -48,18 +49,35 @@ def _uuid5(name: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def as_points(table: Any, keys: list[str], chunks: list[int], wanted: Wanted, with_text: bool) -> Points:
-    """One table's rows as points; `keys` and `chunks` are its rows' keys and chunk numbers."""
+@dataclass(frozen=True)
+class Points:
+    """Rows as points: ids (uuid5 strings), dense vectors (a float32 array, one row a point),
+    payloads, and sparse vectors when the collection has them. Batched by the client."""
+
+    ids: list[str]
+    vectors: Any  # numpy.ndarray (n, dims), float32
+    payloads: list[dict[str, Any]]
+    sparse: list[SparseVector] | None = None
+    payload_bytes: int = 0  # about what the payloads' values take: for a free-space check
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def as_points(rows: Rows) -> Points:
+    """One write's rows as points."""
     import numpy as np
 
+    table = rows.table
+    keys, chunks = row_keys(table).to_pylist(), table.column("chunk").to_pylist()
     column = table.column("embedding").combine_chunks()
     vectors = np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
-    names = [c for c in table.column_names if c not in NOT_PAYLOAD and (with_text or c != "text")]
+    names = [c for c in table.column_names if c not in NOT_PAYLOAD and (rows.with_text or c != "text")]
     values: list[Any] = [payload_values(table.column(name)) for name in names]
     fields = (*names, "model")
-    payloads = [dict(zip(fields, row)) for row in zip(*values, repeat(wanted.model))]
-    return Points(point_ids(keys, chunks), vectors.reshape(len(table), wanted.dims), payloads,
-                  sparse_vectors(table) if wanted.sparse else None, payload_bytes=table.select(names).nbytes)
+    payloads = [dict(zip(fields, row)) for row in zip(*values, repeat(rows.model))]
+    return Points(point_ids(keys, chunks), vectors.reshape(len(table), rows.dims), payloads,
+                  sparse_vectors(table) if rows.sparse else None, payload_bytes=table.select(names).nbytes)
 
 
 def payload_values(column: Any) -> list[Any]:

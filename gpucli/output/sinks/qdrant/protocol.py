@@ -66,18 +66,20 @@ class SparseVector:
 
 
 @dataclass(frozen=True)
-class Points:
-    """Rows as points: ids (uuid5 strings), dense vectors (a float32 array, one row a point),
-    payloads, and sparse vectors when the collection has them. Batched by the client."""
+class Rows:
+    """One write's rows as the sink got them (an Arrow table: `path`, `chunk`, `embedding`, the
+    task's columns, `sparse` with --sparse bm25), to be upserted as points (points.py): each
+    client builds its own library's points from them, and they cross a process boundary as
+    Arrow buffers, not as a million Python objects."""
 
-    ids: list[str]
-    vectors: Any  # numpy.ndarray (n, dims), float32
-    payloads: list[dict[str, Any]]
-    sparse: list[SparseVector] | None = None
-    payload_bytes: int = 0  # about what the payloads' values take: for a free-space check
+    table: Any  # pyarrow.Table
+    dims: int
+    model: str  # the payload's `model`
+    sparse: bool = False
+    with_text: bool = True  # `?text=false` leaves `text` out of the payload
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return int(self.table.num_rows)
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,8 @@ class Client(Protocol):
     def drop(self) -> None:
         """Delete the collection (gone: `exists` is False)."""
 
-    def upsert(self, points: Points) -> None: ...
+    def upsert(self, rows: Rows) -> None:
+        """The rows as points (ids: uuid5 of key and chunk), in batches of `?batch=N`."""
 
     def present(self, ids: list[str]) -> set[str]:
         """Which of these point ids exist."""

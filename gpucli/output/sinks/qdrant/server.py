@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from gpucli.core.errors import GpucliError
 from gpucli.core.keys import ID_COLUMN
+from gpucli.output.sinks.qdrant.points import as_points
 from gpucli.output.sinks.qdrant.protocol import (
     SPARSE_VECTOR,
     Described,
@@ -22,7 +23,7 @@ from gpucli.output.sinks.qdrant.protocol import (
     Lexical,
     Nearest,
     NewCollection,
-    Points,
+    Rows,
     Search,
     Selection,
     SparseVector,
@@ -104,11 +105,11 @@ class ServerClient:
         self._call("recreating the collection", lambda: self.client.delete_collection(self._name))
 
     # --- points --------------------------------------------------------------------------------
-    def upsert(self, points: Points) -> None:
+    def upsert(self, rows: Rows) -> None:
         """In batches of `?batch=N` points, each acknowledged before the next."""
         from qdrant_client import models
 
-        size = self.target.batch
+        points, size = as_points(rows), self.target.batch
         for start in range(0, len(points), size):
             end = start + size
             dense = points.vectors[start:end].tolist()

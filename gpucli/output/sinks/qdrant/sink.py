@@ -28,8 +28,8 @@ from gpucli.core.keys import row_keys
 from gpucli.output.sinks.base import Sink
 from gpucli.output.sinks.qdrant.collection import Mismatch, Wanted
 from gpucli.output.sinks.qdrant.connect import connect
-from gpucli.output.sinks.qdrant.points import as_points, chunk_counts
-from gpucli.output.sinks.qdrant.protocol import Client
+from gpucli.output.sinks.qdrant.points import chunk_counts
+from gpucli.output.sinks.qdrant.protocol import Client, Rows
 from gpucli.output.sinks.qdrant.target import is_qdrant, parse_target
 
 
@@ -117,8 +117,8 @@ class QdrantSink(Sink):
         if refusal is not None:
             raise refusal
         client = self._open_client()
+        client.upsert(Rows(table, self.wanted.dims, self.wanted.model, self.wanted.sparse, self.parsed.text))
         keys, chunks = row_keys(table).to_pylist(), table.column("chunk").to_pylist()
-        client.upsert(as_points(table, keys, chunks, self.wanted, with_text=self.parsed.text))
         deletes.remove_stale(client, chunk_counts(keys, chunks))
         client.flush()  # embedded: on disk once this returns (a server acknowledged each call)
         self._unindexed = self._wrote = True

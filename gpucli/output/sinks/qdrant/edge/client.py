@@ -30,7 +30,8 @@ from typing import Any
 from gpucli.core.errors import RERUN_HINT, GpucliError, LockedError, OutputError, os_error, sqlite_error
 from gpucli.output.sinks.qdrant.edge import files, models
 from gpucli.output.sinks.qdrant.edge.space import allocated, room
-from gpucli.output.sinks.qdrant.protocol import Described, Found, NewCollection, Points, Search, Selection
+from gpucli.output.sinks.qdrant.points import Points, as_points
+from gpucli.output.sinks.qdrant.protocol import Described, Found, NewCollection, Rows, Search, Selection
 from gpucli.output.sinks.qdrant.target import Target
 
 # A segment gets its HNSW index once its vectors pass this many KiB (Qdrant's `indexing_threshold`);
@@ -114,12 +115,12 @@ class EdgeClient:
             self._meta_file.unlink(missing_ok=True)
 
     # --- points --------------------------------------------------------------------------------
-    def upsert(self, points: Points) -> None:
+    def upsert(self, rows: Rows) -> None:
         """In batches of `?batch=N` points, after one free-space check for them all."""
         from qdrant_edge import UpdateOperation
 
         with self._errors("upsert"):
-            shard = self.shard()
+            shard, points = self.shard(), as_points(rows)
             room(self.storage, self.shard_dir, _bytes(points))
             for start in range(0, len(points), self.target.batch):
                 batch = models.edge_points(points, start, start + self.target.batch)

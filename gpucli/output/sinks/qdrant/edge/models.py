@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucli.core.keys import ID_COLUMN
+from gpucli.output.sinks.qdrant.points import Points
 from gpucli.output.sinks.qdrant.protocol import (
     SPARSE_VECTOR,
     Described,
@@ -18,7 +19,6 @@ from gpucli.output.sinks.qdrant.protocol import (
     Lexical,
     Nearest,
     NewCollection,
-    Points,
     Search,
     Selection,
     SparseVector,
