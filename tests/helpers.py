@@ -112,6 +112,25 @@ def points(storage: Path, collection: str) -> list:
         client.close()
 
 
+def storage_released(storage: Path, within_s: float = 30.0) -> bool:
+    """Whether the embedded storage's lock is free, waiting up to `within_s` for it: a run killed
+    without closing leaves its Qdrant Edge process a moment to see that and end (it shares the
+    lock until then)."""
+    import fcntl
+    import time
+
+    deadline = time.monotonic() + within_s
+    while True:
+        with open(storage / ".lock", "r+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return False
+        time.sleep(0.05)
+
+
 def _unnamed(vector):
     return vector[""] if isinstance(vector, dict) and set(vector) == {""} else vector
 

@@ -21,7 +21,7 @@ from gpucli.engines.local.pipeline import Pipeline
 from gpucli.output.sinks import open_sink
 from gpucli.output.sinks.qdrant import Nearest, QdrantSink, Retry, parse_target, point_id
 from tests.fake_task import FAKE
-from tests.helpers import FaultStub, points, qdrant_schema, qdrant_table, run_fake
+from tests.helpers import FaultStub, points, qdrant_schema, qdrant_table, run_fake, storage_released
 
 SECRET = "s3cret-key-never-shown"
 
@@ -285,6 +285,7 @@ def test_embedded_writes_are_durable_when_write_returns(tmp_path):
             f"sink = open_sink({target!r})\nsink.open(qdrant_schema(), {{'gpucli.model': 'm', 'gpucli.dims': '4'}})\n"
             "sink.write(qdrant_table([('a.txt', i) for i in range(300)]))\nos._exit(0)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=Path(__file__).parents[2])
+    assert storage_released(tmp_path / "qd")  # its Qdrant Edge process ended too, without a flush of its own
     assert len(points(tmp_path / "qd", "docs")) == 300
     assert (tmp_path / "qd" / "edge" / "docs" / "edge_config.json").is_file()
 
@@ -543,3 +544,35 @@ def test_a_local_mode_collection_is_moved_to_qdrant_edge_with_one_note_and_its_w
     assert sorted(p.payload["path"] for p in points(tmp_path / "qd", "docs")) == \
         ["n0.txt", "n1.txt", "n2.txt", "n3.txt", "old0.txt", "old1.txt", "old2.txt"]
     assert (tmp_path / "qd" / "collection" / "docs" / "storage.sqlite").is_file()  # the old copy is the user's
+
+
+def test_point_ids_of_a_write_are_the_uuid5_of_point_id():
+    from gpucli.output.sinks.qdrant.points import point_ids
+
+    keys = ["a.txt", "sub/ü €.txt", "t.parquet//42", "", "x" * 300, "tab\tand\nnewline"]
+    chunks = [0, 7, 1, 3, 1234567, 2]
+    assert point_ids(keys, chunks) == [point_id(k, c) for k, c in zip(keys, chunks)]
+    assert point_ids(["a/b.txt"], [0]) == ["1f280ec7-31e3-55e0-8a17-45dc7a4c9b5b"]
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_payload_timestamps_are_iso_text_of_any_unit_without_pandas(unit, monkeypatch):
+    """`mtime` in a payload as pandas' `Timestamp.isoformat` writes it, but never through pandas
+    (not in gpucli's install): 9 digits of fraction for nanoseconds, 6 for microseconds, none for
+    whole seconds."""
+    import sys
+
+    import pyarrow as pa
+
+    from gpucli.output.sinks.qdrant.points import iso_times
+
+    monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` fails
+    per_second = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
+    seconds = [1_700_000_000, 1_700_000_000, 0, None]
+    fraction = {"s": 0, "ms": 250, "us": 123456, "ns": 123456789}[unit]  # in the unit
+    values = [None if s is None else s * per_second + fraction for s in seconds]
+    column = pa.chunked_array([pa.array(values, pa.int64()).cast(pa.timestamp(unit, tz="UTC"))])
+    expected = {"s": "2023-11-14T22:13:20+00:00", "ms": "2023-11-14T22:13:20.250000+00:00",
+                "us": "2023-11-14T22:13:20.123456+00:00", "ns": "2023-11-14T22:13:20.123456789+00:00"}[unit]
+    got = list(iso_times(column))
+    assert got[:2] == [expected, expected] and got[3] is None and got[2].startswith("1970-01-01T00:00:00")

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucli.app.cli import app
-from tests.helpers import ROOT, points, run_fake
+from tests.helpers import ROOT, points, run_fake, storage_released
 
 runner = CliRunner()
 
@@ -55,6 +55,7 @@ def test_sigkill_mid_run_then_rerun_gives_every_chunk_once(tree, tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
+    assert storage_released(storage)  # its Qdrant Edge process saw the run die and ended too
     marked = done_in_ledger(storage / "docs.gpucli" / "ledger.sqlite")
     assert 0 < marked < 300, "killed mid-run"
     present = {p.payload["path"] for p in points(storage, "docs")}
@@ -66,16 +67,16 @@ def test_sigkill_mid_run_then_rerun_gives_every_chunk_once(tree, tmp_path):
 
 
 def test_a_run_that_wrote_builds_the_index_once_and_an_unchanged_rerun_builds_none(tree, tmp_path, monkeypatch):
-    from gpucli.output.sinks.qdrant.edge import EdgeClient
+    from gpucli.output.sinks.qdrant.edge import EdgeProcess
 
     built: list[str] = []
-    index = EdgeClient.index
+    index = EdgeProcess.index
 
     def counting(self):
         built.append(self.target.collection)
         return index(self)
 
-    monkeypatch.setattr(EdgeClient, "index", counting)
+    monkeypatch.setattr(EdgeProcess, "index", counting)
     root = tree({f"f{i}.txt": f"line {i}\nanother {i}\n" for i in range(30)})
     out = f"qdrant:{tmp_path / 'qd'}/docs"
     assert run_fake([root], out, batch_size=4, part_rows=8).exit_code == 0
@@ -166,3 +167,127 @@ def test_an_index_build_stopped_by_ctrl_c_leaves_every_point_and_builds_next_tim
         assert shard.info().indexed_vectors_count == 40_000 and shard.count(edge.CountRequest(exact=True)) == 40_000
     finally:
         shard.close()
+
+
+WRITE_AND_SEARCH = textwrap.dedent("""
+    import sys
+
+    import numpy as np
+
+    import gpucli.app.cli
+    from gpucli.commands.search.qdrant import QdrantIndex
+    from gpucli.commands.snapshot import snapshot
+    from gpucli.core.config import RunConfig
+    from gpucli.engines.local.pipeline import run
+    from gpucli.output.sinks.qdrant import parse_target
+    from gpucli.output.sinks.qdrant.edge import EdgeClient
+    from gpucli.output.sinks.qdrant.protocol import Rows
+    from tests.helpers import qdrant_table
+
+    run(RunConfig(task="tests.fake_task:FakeTask", paths=({src!r},), out={out!r}, devices="cpu", progress="off",
+                  prune=True))
+    client = EdgeClient(parse_target({out!r}))  # the writes a run's Edge process makes, here in this one
+    client.upsert(Rows(qdrant_table([("extra.txt", 0), ("extra.txt", 1)]), 4, "fake-model"))
+    client.close()
+    index = QdrantIndex({out!r})
+    hits = index.nearest(np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32), 3)
+    index.close()
+    snapshot({out!r}, {snapshot_file!r})
+    print(len(hits), sorted(name for name in sys.modules if name.split(".")[0] == "qdrant_client"))
+""")
+
+
+def test_embedded_writes_searches_and_snapshots_never_import_qdrant_client(tree, tmp_path):
+    """Importing qdrant-client took ~0.7 s of every embedded search (issue 46): a run that writes
+    an embedded collection, the writes themselves, a search and a snapshot import none of it."""
+    root = tree({f"f{i}.txt": f"line {i}\nanother {i}\n" for i in range(5)})
+    code = WRITE_AND_SEARCH.format(src=str(root), out=f"qdrant:{tmp_path / 'qd'}/docs",
+                                   snapshot_file=str(tmp_path / "docs.snapshot"))
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["3", "[]"], done.stdout
+
+
+def test_the_collections_metadata_file_is_replaced_durably_with_its_directory(tmp_path, monkeypatch):
+    """Written to a temporary file, synced, renamed, and the rename synced with the directory: a
+    power cut after the rename must not lose a collection's metadata (gpucli/core/durable.py)."""
+    import os
+
+    from gpucli.output.sinks.qdrant.edge.files import write_json
+
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    target = tmp_path / "edge" / "docs.json"
+    write_json(target, {"gpucli.model": "m"})
+    write_json(target, {"gpucli.model": "n"})
+    assert json.loads(target.read_text()) == {"gpucli.model": "n"}
+    assert synced == [str(target) + ".tmp", str(target.parent)] * 2  # the file, then its directory
+
+
+def test_snapshot_prints_the_three_restore_calls_with_the_collections_name(collection, tmp_path):
+    out, _ = collection
+    result = runner.invoke(app, ["snapshot", out, str(tmp_path / "docs.snapshot"), "--json"])
+    assert result.exit_code == 0, result.output
+    said = json.loads(result.stdout)
+    create, upload, index = said["restore"]
+    assert create.startswith("curl -X PUT 'http://localhost:6333/collections/docs' ")
+    body = json.loads(create.split(" -d '", 1)[1].rstrip("'"))
+    assert body["vectors"] == {"size": 4, "distance": "Cosine"} and body["shard_number"] == 1
+    assert body["metadata"]["gpucli.model"] == "fake-model"  # `gpucli search` on the server reads it
+    assert upload.startswith("curl -X POST 'http://localhost:6333/collections/docs/shards/0/snapshots/upload?")
+    assert f"snapshot=@{tmp_path / 'docs.snapshot'}" in upload
+    assert index.startswith("curl -X PUT 'http://localhost:6333/collections/docs/index?wait=true' ")
+    assert json.loads(index.split(" -d '", 1)[1].rstrip("'")) == {"field_name": "path", "field_schema": "keyword"}
+    assert "COLLECTION" not in result.stdout
+    told = runner.invoke(app, ["snapshot", out, str(tmp_path / "again.snapshot")])
+    calls = [line.strip() for line in told.stderr.splitlines() if line.strip().startswith("curl ")]
+    assert len(calls) == 3 and all("/collections/docs" in call for call in calls) and "COLLECTION" not in told.stderr
+
+
+def test_a_run_that_finds_no_input_leaves_no_collection_behind(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    storage = tmp_path / "new" / "qd"
+    summary = run_fake([empty], f"qdrant:{storage}/docs")
+    assert summary.exit_code == 3  # found nothing
+    assert not (tmp_path / "new").exists()  # the storage, its lock and the shard went again
+    kept = tmp_path / "kept"
+    root = tmp_path / "one"
+    root.mkdir()
+    (root / "a.txt").write_text("one line\n")
+    assert run_fake([root], f"qdrant:{kept}/other").exit_code == 0
+    assert run_fake([empty], f"qdrant:{kept}/docs").exit_code == 3
+    assert sorted(p.name for p in (kept / "edge").iterdir()) == ["other", "other.json"]  # another's stays
+    assert (kept / ".lock").exists() and len(points(kept, "other")) == 1
+
+
+def test_an_error_in_the_edge_process_comes_back_typed_and_its_death_is_one_error(tmp_path):
+    from gpucli.core.errors import GpucliError, OutputError
+    from gpucli.output.sinks.qdrant import parse_target
+    from gpucli.output.sinks.qdrant.edge import EdgeProcess
+    from gpucli.output.sinks.qdrant.edge.process import Refusal
+    from gpucli.output.sinks.qdrant.protocol import NewCollection, Rows
+    from tests.helpers import qdrant_table
+
+    full = Refusal.of(OutputError("/q/edge/docs", "No space left on device [ENOSPC]", "rerun")).error()
+    assert isinstance(full, OutputError) and (full.path, full.full, full.exit_code) == ("/q/edge/docs", True, 3)
+    target = parse_target(f"qdrant:{tmp_path / 'qd'}/docs")
+    process = EdgeProcess(target)
+    try:
+        process.create(NewCollection(dims=8))
+        with pytest.raises(GpucliError, match=r"qdrant:.*/docs: upsert failed") as refused:
+            process.upsert(Rows(qdrant_table([("a.txt", 0)]), 4, "m"))  # 4-d vectors into an 8-d collection
+        assert not isinstance(refused.value, OutputError)
+        assert process.describe().points == 0
+        process._child.kill()
+        process._child.join()
+        with pytest.raises(GpucliError, match="the Qdrant Edge process ended unexpectedly"):
+            process.exists()
+    finally:
+        process.close()

@@ -50,7 +50,6 @@ class QdrantSink(Sink):
         self.mismatch = Mismatch()  # what `reset` must repair before the first write
         self._unindexed = False  # embedded: points were written since the shard's indexes were built
         self._created = False  # this open made the collection (a run that found no input takes it back)
-        self._made_storage = False  # embedded: this open made the storage directory
         self._wrote = False
 
     @classmethod
@@ -81,8 +80,7 @@ class QdrantSink(Sink):
         if not self.parsed.local:
             self._adopt_legacy_ledger()
         self.wanted = Wanted.of(schema, metadata)
-        self._made_storage = self.parsed.local and not Path(self.parsed.path).exists()
-        self.client = client = connect(self.parsed)
+        self.client = client = connect(self.parsed, writes=True)
         try:
             if client.exists():
                 self.mismatch = collection.check_existing(client, self.wanted)
@@ -168,11 +166,11 @@ class QdrantSink(Sink):
 
     def discard(self) -> None:
         """After `close`, for a run that found no input: the embedded collection this open made,
-        never written to, goes again, and with it the storage's lock file when this open made the
-        storage (Output.discard then removes the empty directories). A server's collection stays:
+        never written to, goes again, and with it the storage's lock file when no collection is
+        left (Output.discard then removes the directories it made). A server's collection stays:
         a server is shared, and a collection on it is no file left in the way."""
         if self.parsed.local and self._created and not self._wrote and self.client is None:
             from gpucli.output.sinks.qdrant.edge import discard_new
 
-            discard_new(Path(self.parsed.path), self.parsed.collection, self._made_storage)
+            discard_new(Path(self.parsed.path), self.parsed.collection)
             self._created = False

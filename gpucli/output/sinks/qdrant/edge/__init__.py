@@ -5,6 +5,7 @@ a collection an earlier gpucli left in qdrant-client's local mode.
 
 The package, by role:
     client.py      EdgeClient: the storage's lock, the shard, gpucli's calls and their errors
+    process.py     EdgeProcess: a run's EdgeClient in a child process (Edge's binding holds the GIL)
     models.py      gpucli's calls as Edge's types; a shard's configuration as gpucli's
     files.py       where a collection lives on disk, the storage lock, the metadata file
     space.py       the free-space check before every write (Edge's files are memory-mapped)
@@ -15,6 +16,7 @@ The package, by role:
 
 from gpucli.output.sinks.qdrant.edge.client import INDEX_FROM_KB, SEARCH_EF, EdgeClient
 from gpucli.output.sinks.qdrant.edge.files import discard_new
+from gpucli.output.sinks.qdrant.edge.process import EdgeProcess
 from gpucli.output.sinks.qdrant.edge.snapshot import export_snapshot
 
-__all__ = ["INDEX_FROM_KB", "SEARCH_EF", "EdgeClient", "discard_new", "export_snapshot"]
+__all__ = ["INDEX_FROM_KB", "SEARCH_EF", "EdgeClient", "EdgeProcess", "discard_new", "export_snapshot"]

@@ -25,7 +25,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gpucli.core.errors import RERUN_HINT, GpucliError, LockedError, OutputError, os_error, sqlite_error
 from gpucli.output.sinks.qdrant.edge import files, models
@@ -44,27 +44,31 @@ SEARCH_EF = 512  # HNSW candidates per search (Qdrant's hnsw_ef): recall@10 with
 KEY_BYTES = 16  # per payload key of a point, in the free-space estimate
 
 
+def move_local_mode(target: Target) -> list[str]:
+    """A collection an earlier gpucli left in qdrant-client's local mode, moved into Edge
+    (local_mode.py): the notice for the user, if one moved."""
+    from gpucli.output.sinks.qdrant.edge.local_mode import move_to_edge
+
+    with _errors(target, "moving the local-mode collection"):
+        moved = move_to_edge(target)
+    return [moved] if moved else []
+
+
 class EdgeClient:
     """The collection `target.collection` of the storage `target.path`, locked while open (one
     process at a time). A collection an earlier gpucli left in qdrant-client's local mode is
     moved into Edge first (local_mode.py), with a notice."""
 
     def __init__(self, target: Target) -> None:
-        from gpucli.output.sinks.qdrant.edge.local_mode import move_to_edge
-
         self.target = target
         self.storage = Path(target.path)
         self.shard_dir = files.shard_dir(self.storage, target.collection)
-        self.notices: list[str] = []
         self._shard: Any = None
-        with self._errors("moving the local-mode collection"):
-            moved = move_to_edge(target)
-        if moved:
-            self.notices.append(moved)
+        self.notices = move_local_mode(target)  # local mode takes the same lock: before it is taken
         try:
             with self._errors("opening the storage"):
                 self.storage.mkdir(parents=True, exist_ok=True)
-                self._lock: Any = files.lock_storage(self.storage)
+                self._lock: IO[str] | None = files.lock_storage(self.storage)
         except LockedError as exc:
             raise LockedError(f"{target.display}: {exc}") from None
 
@@ -186,23 +190,8 @@ class EdgeClient:
                 self._lock.close()  # releases the flock
                 self._lock = None
 
-    @contextlib.contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        """Embedded errors are final: the file system's as OutputError (exit 3), the rest naming
-        the output and the call."""
-        try:
-            yield
-        except GpucliError:
-            raise
-        except OSError as exc:  # the storage's files: a full disk, a read-only one, named (exit 3)
-            raise os_error(exc, self.target.path) from None
-        except Exception as exc:  # noqa: BLE001 - embedded errors are final; name the output
-            stored = _storage_error(exc, self.target) or _edge_error(exc, self.target)
-            if stored is not None:
-                raise stored from None
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise GpucliError(f"{self.target.display}: {what} failed: {type(exc).__name__}"
-                              + (f": {text}" if text else "")) from None
+    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        return _errors(self.target, what)
 
 
 def _bytes(points: Points) -> int:
@@ -211,6 +200,25 @@ def _bytes(points: Points) -> int:
     keys = len(points.payloads[0]) if points.payloads else 0
     sparse = sum(8 * len(s.indices) for s in points.sparse) if points.sparse is not None else 0
     return int(points.vectors.nbytes) + sparse + points.payload_bytes + (64 + KEY_BYTES * keys) * len(points)
+
+
+@contextlib.contextmanager
+def _errors(target: Target, what: str) -> Iterator[None]:
+    """Embedded errors are final: the file system's as OutputError (exit 3), the rest naming the
+    output and the call."""
+    try:
+        yield
+    except GpucliError:
+        raise
+    except OSError as exc:  # the storage's files: a full disk, a read-only one, named (exit 3)
+        raise os_error(exc, target.path) from None
+    except Exception as exc:  # noqa: BLE001 - embedded errors are final; name the output
+        stored = _storage_error(exc, target) or _edge_error(exc, target)
+        if stored is not None:
+            raise stored from None
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise GpucliError(f"{target.display}: {what} failed: {type(exc).__name__}" + (f": {text}" if text else "")) \
+            from None
 
 
 def _storage_error(exc: Exception, target: Target) -> OutputError | None:

@@ -23,6 +23,7 @@ from gpucli.core.errors import LockedError
 
 LOCK_FILE = ".lock"
 EDGE_DIR = "edge"
+LOCAL_MODE_DIR = "collection"  # qdrant-client's local mode: PATH/collection/NAME/storage.sqlite
 CONFIG = "edge_config.json"  # Edge's own: the shard's vectors, as Qdrant's JSON
 
 
@@ -72,16 +73,17 @@ def lock_storage(storage: Path) -> IO[str]:
     return handle
 
 
-def discard_new(storage: Path, name: str, made_storage: bool) -> None:
+def discard_new(storage: Path, name: str) -> None:
     """Take back a collection that a run made and never wrote to (it found no input): its shard,
-    its metadata file, the `edge/` directory when nothing else is in it and, when the run made
-    the storage directory too, its lock file, so that the directory is left empty for the run's
-    own clean-up (Output.discard) to remove. Call it with the storage closed."""
+    its metadata file, the `edge/` directory when nothing else is in it and then, when the
+    storage holds no collection at all (nor one of qdrant-client's local mode), its lock file,
+    so that a storage directory the run made is left empty for the run's own clean-up
+    (Output.discard) to remove. Call it with the storage closed."""
     shutil.rmtree(shard_dir(storage, name), ignore_errors=True)
     meta_file(storage, name).unlink(missing_ok=True)
     try:
         (storage / EDGE_DIR).rmdir()  # only when empty: other collections stay
     except OSError:
         return
-    if made_storage:
+    if not (storage / LOCAL_MODE_DIR).exists():
         (storage / LOCK_FILE).unlink(missing_ok=True)

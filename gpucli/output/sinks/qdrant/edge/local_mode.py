@@ -17,7 +17,7 @@ from typing import Any
 
 from gpucli.core.durable import fsync_dir
 from gpucli.core.errors import GpucliError, LockedError
-from gpucli.output.sinks.qdrant.edge.files import is_shard, meta_file, shard_dir, write_json
+from gpucli.output.sinks.qdrant.edge.files import LOCAL_MODE_DIR, is_shard, meta_file, shard_dir, write_json
 from gpucli.output.sinks.qdrant.edge.models import vector_params
 from gpucli.output.sinks.qdrant.target import Target
 from gpucli.output.sinks.qdrant.vector_types import Storage
@@ -26,7 +26,7 @@ PAGE = 1024  # points per scroll and per upsert while moving
 
 
 def legacy_storage(target: Target) -> Path:
-    return Path(target.path) / "collection" / target.collection / "storage.sqlite"
+    return Path(target.path) / LOCAL_MODE_DIR / target.collection / "storage.sqlite"
 
 
 def move_to_edge(target: Target) -> str | None:
