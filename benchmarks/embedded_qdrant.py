@@ -1,4 +1,4 @@
-"""Embedded Qdrant on Qdrant Edge (issue 42): writes, search latency, recall, memory; side by side.
+"""Embedded Qdrant on Qdrant Edge (issues 42, 46): writes, search latency, recall, memory; side by side.
 
     python benchmarks/embedded_qdrant.py                       # 10k, 100k, 1M points (minutes)
     python benchmarks/embedded_qdrant.py --sizes 10000,100000 --before
@@ -6,9 +6,11 @@
 What it measures, each in this one run:
   * the write: `gpucli embed --from TABLE` of N one-line texts with the near-free model (a 1-layer
     random BERT, 32-d: benchmarks/host.py) to Parquet and to `qdrant:`, end to end (the CLI's
-    wall time, the HNSW build included), their ratio, and each run's peak RSS;
-  * `gpucli search` on each collection: end to end (the command's wall time, median of 3) and
-    search only (the "searched in" figure it prints), and the search process's peak RSS;
+    wall time, the HNSW build included), their ratio, and each run's peak RSS (GNU time's %M: the
+    largest single process of the run, the run's Qdrant Edge writer process a process of its own);
+  * `gpucli search` on each output, Parquet and `qdrant:`: end to end (the command's wall time,
+    median of 5) and search only (the "searched in" figure it prints), and the search process's
+    peak RSS;
   * recall@10 of the HNSW search against an exact one (Qdrant's `exact=True`) over 100 queries;
   * with --before: qdrant-client's local mode (what `qdrant:` was) at 10k points, written by
     qdrant-client directly (gpucli no longer writes it): the write, and one search's open + query.
@@ -57,10 +59,13 @@ def embed(table: Path, out: str, model: Path) -> tuple[float, int]:
     return wall, rss
 
 
+QUERIES = ("river stone meadow", "harbour lantern", "quarry summit valley", "willow orchard", "cloud field number")
+
+
 def search(where: str) -> tuple[float, float, int]:
-    """Median end-to-end seconds, median search-only seconds, max peak RSS (MiB) of 3 searches."""
+    """Median end-to-end seconds, median search-only seconds, max peak RSS (MiB) of 5 searches."""
     walls, only, peaks = [], [], []
-    for query in ("river stone meadow", "harbour lantern", "quarry summit valley"):
+    for query in QUERIES:
         wall, rss, err = timed([sys.executable, "-m", "gpucli", "search", query, "--in", where, "-k", "10"])
         walls.append(wall)
         peaks.append(rss)
@@ -192,27 +197,28 @@ def main() -> None:
     from benchmarks.host import tiny_model
 
     model = tiny_model(work / "tiny")
+    texts_table(work / "warm-up.parquet", 100)
+    embed(work / "warm-up.parquet", str(work / "warm-up-out.parquet"), model)  # the model's ONNX graph, exported
     rows = []
     for n in sizes:
         table = work / f"texts{n}.parquet"
         texts_table(table, n)
+        parquet_s, parquet_rss = embed(table, str(work / f"p{n}.parquet"), model)
         qdrant_s, qdrant_rss = embed(table, f"qdrant:{work / f'q{n}'}/docs", model)
-        parquet_s, parquet_rss = (embed(table, str(work / f"p{n}.parquet"), model) if n == max(sizes)
-                                  else (float("nan"), 0))
+        p_e2e, p_only, _ = search(str(work / f"p{n}.parquet"))
         e2e, only, search_rss = search(f"qdrant:{work / f'q{n}'}/docs")
         found, indexed = collection_recall(work / f"q{n}")
-        rows.append((n, parquet_s, qdrant_s, parquet_rss, qdrant_rss, e2e, only, search_rss, found, indexed))
-        print(f"{n:>9,}: qdrant write {qdrant_s:.1f}s ({qdrant_rss} MiB); parquet {parquet_s:.1f}s; search "
-              f"{e2e:.2f}s end to end, {only * 1000:.1f} ms search only, {search_rss} MiB; recall@10 {found:.3f} "
-              f"({indexed:,} vectors in HNSW)", flush=True)
+        rows.append((n, parquet_s, qdrant_s, parquet_rss, qdrant_rss, p_e2e, e2e, only, search_rss, found, indexed))
+        print(f"{n:>9,}: write qdrant {qdrant_s:.1f}s ({qdrant_rss} MiB), parquet {parquet_s:.1f}s; search qdrant "
+              f"{e2e:.2f}s end to end ({only * 1000:.1f} ms search only, {search_rss} MiB), parquet {p_e2e:.2f}s "
+              f"({p_only * 1000:.0f} ms); recall@10 {found:.3f} ({indexed:,} vectors in HNSW)", flush=True)
     print("\n| points | write: Parquet | write: qdrant: | ratio | peak RSS of the write (Parquet / qdrant:) | "
-          "search end to end | search only | search peak RSS | recall@10 vs exact | vectors in HNSW |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n, p, q, prss, qrss, e2e, only, srss, found, indexed in rows:
-        ratio = f"{q / p:.2f}" if p == p else "—"
-        ptime = f"{p:.1f} s" if p == p else "—"
-        print(f"| {n:,} | {ptime} | {q:.1f} s | {ratio} | {prss or '—'} / {qrss} MiB | {e2e:.2f} s | "
-              f"{only * 1000:.1f} ms | {srss} MiB | {found:.3f} | {indexed:,} |")
+          "search end to end: Parquet / qdrant: | difference | search only | search peak RSS | recall@10 vs exact | "
+          "vectors in HNSW |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, p, q, prss, qrss, p_e2e, e2e, only, srss, found, indexed in rows:
+        print(f"| {n:,} | {p:.1f} s | {q:.1f} s | {q / p:.2f} | {prss} / {qrss} MiB | {p_e2e:.2f} / {e2e:.2f} s | "
+              f"{e2e - p_e2e:+.2f} s | {only * 1000:.1f} ms | {srss} MiB | {found:.3f} | {indexed:,} |")
     middle = sorted(sizes)[len(sizes) // 2]
     forced = forced_hnsw(work / f"q{middle}", work)
     print(f"\nHNSW forced on the {forced['points']:,} points of the {middle:,} collection (threshold 1 KiB): built in "
