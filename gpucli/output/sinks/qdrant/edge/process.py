@@ -227,15 +227,14 @@ def serve(conn: Any) -> None:
                 message = conn.recv()
             except (EOFError, OSError):  # the parent is gone: end as it did, keeping what was flushed
                 os._exit(0)
-            if isinstance(message, Close):
-                served.close()
-                conn.send(Answer())
-                return
             try:
-                reply: Answer | Refusal = Answer(served.handle(message))
+                reply: Answer | Refusal = Answer(served.close() if isinstance(message, Close)
+                                                 else served.handle(message))
             except BaseException as exc:  # noqa: BLE001 - every error goes back to the parent, typed
                 reply = Refusal.of(exc)
             conn.send(reply)
+            if isinstance(message, Close):
+                return
     finally:
         served.close()
 
