@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -235,11 +235,9 @@ class Output:
         self.sink.discard()  # what the sink's open made (an embedded Qdrant collection)
         created, new_files = self._made
         for path in new_files:
-            try:
+            with suppress(OSError):
                 if path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
                     path.unlink()
-            except OSError:
-                pass
         remove_created(self.sink.state_dir, created)
 
     def _remove_stale(self, ledger: Ledger) -> None:
