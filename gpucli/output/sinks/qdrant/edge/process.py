@@ -2,11 +2,12 @@
 (protocol.py) forwarded over a pipe as typed messages.
 
 Why: Qdrant Edge's Python binding holds the GIL for every call and converts each payload value
-on its own (~2-3 us a string: at gpucli's ~10 payload fields, ~25 us a point before Edge
-writes it). In the run's own process that time is taken from its reader and batcher threads,
-which share the GIL: the write added to the run's wall time nearly one for one
-(benchmarks/RESULTS-qdrant.md). In a child it runs beside them, on another core; the parent
-sends a write's rows as Arrow buffers and waits on the pipe with the GIL released.
+on its own (~2-3 us a string; with gpucli's payload, 33 us of CPU a point in all, 21 of them
+building the points). In the run's own process that time is taken from its reader and batcher
+threads, which share the GIL: at 100k points the run's process spent 9.2-9.9 s of CPU where a
+Parquet run's spends 4.3-4.9 s; with this child, 4.3 s (benchmarks/RESULTS-qdrant.md). The
+child runs beside the run, on another core; the parent sends a write's rows as Arrow buffers
+and waits on the pipe with the GIL released.
 
 `gpucli search` and `gpucli snapshot` keep their EdgeClient in their own process: one query
 needs no second interpreter.
