@@ -38,9 +38,10 @@ SWEEP = {"short": 128, "long": 32}
 class Reference:
     """The sentence-transformers process (st_baseline.py), one JSON line per command."""
 
-    def __init__(self, stderr_path) -> None:
+    def __init__(self, stderr_path, python: str = sys.executable) -> None:
+        """`python`: the interpreter it runs under (another venv's, for peers_e2e.py)."""
         self._stderr = open(stderr_path, "w")
-        self.proc = subprocess.Popen([sys.executable, str(BENCH / "st_baseline.py")], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([python, str(BENCH / "st_baseline.py")], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=bench_env())
         self.info = self._reply()
 
