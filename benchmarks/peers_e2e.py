@@ -24,8 +24,12 @@ that rotates from round to round (each first in turn), so that the machine's loa
   st encode       sentence-transformers `encode` on the texts already in memory, model loaded
                   (benchmarks/st_baseline.py, a long-lived process in the peers' venv; info and a target)
 Every peer embeds with the same batch size: the fastest of 8/16/32/64 for ST `encode` on a 400-text sample,
-found once before the rounds (`--batch N` to set it). fastembed does not sort texts by length: a small batch
-pads less (its default, 256, was slower here).
+found once before the rounds (`--batch N` to set it). fastembed, unlike sentence-transformers and gpucli, does
+not sort texts by length, so each batch pads to its longest paragraph: on 600 of these paragraphs in memory it
+took 22-52 s as they come and 4-12 s sorted (load ~5). Its script takes them as a user's would, as read.
+
+The corpus is built once from /usr/share/doc and kept (cpu_e2e.cached_paragraphs): that tree changes when a
+Debian package is installed. Its digest is printed with the figures.
 
 Printed: each run's seconds and the 1-minute load average when it started, the medians; gpucli / each peer
 as speed ratios per round (their seconds / gpucli's), median; the targets of issue 46. After the rounds,
@@ -59,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.corpus import write_tree  # noqa: E402
-from benchmarks.cpu_e2e import BATCH_SIZES, SWEEP, paragraphs  # noqa: E402
+from benchmarks.cpu_e2e import BATCH_SIZES, SWEEP, cached_paragraphs  # noqa: E402
 from benchmarks.embed_cpu import Reference  # noqa: E402
 
 PEERS = ("st", "st-onnx", "st-int8", "fastembed")
@@ -83,6 +87,14 @@ def version(n):
     except m.PackageNotFoundError:
         return None
 print(json.dumps({"gpucli_file": gpucli.__file__, **{n: version(n) for n in names}}))"""
+
+
+def token_stats(texts: list[str]) -> str:
+    from benchmarks.corpus import model_tokenizer
+
+    lengths = sorted(len(e.ids) for e in model_tokenizer().encode_batch(texts, add_special_tokens=False))
+    return (f"tokens median {lengths[len(lengths) // 2]}, mean {sum(lengths) / len(lengths):.0f}, "
+            f"p90 {lengths[int(0.9 * len(lengths))]}, max {lengths[-1]}")
 
 
 def load1() -> float:
@@ -216,13 +228,14 @@ def main() -> None:
     start_uptime = uptime()
     with tempfile.TemporaryDirectory(prefix="peers-e2e-") as tmp_name:
         tmp = Path(tmp_name)
-        texts = paragraphs(args.docs, args.corpus)
+        texts, digest = cached_paragraphs(args.docs, args.corpus)
         src = write_tree(tmp / "docs", texts)
         texts_file, sample_file = tmp / "texts.json", tmp / "sample.json"
         ordered = [p.read_text(encoding="utf-8") for p in sorted(src.rglob("*.txt"))]
         texts_file.write_text(json.dumps(ordered))
         sample_file.write_text(json.dumps(ordered[:SWEEP]))
-        print(f"corpus: {args.docs} paragraphs, {sum(map(len, texts)) / 1e6:.1f} MB; {start_uptime}", file=sys.stderr)
+        corpus = f"{args.docs} paragraphs (`--corpus {args.corpus}`, texts sha256 {digest}: {token_stats(texts)})"
+        print(f"corpus: {corpus}; {start_uptime}", file=sys.stderr)
         ref = Reference(tmp / "st.stderr", python=str(args.peers_python)) if "st-encode" in names or not args.batch \
             else None
         try:
@@ -239,7 +252,7 @@ def main() -> None:
                 ref.close()
         checks = equal_work(names, tmp)
     end_uptime = uptime()
-    report(args, names, rounds, checks, install, peers, batch, start_uptime, end_uptime)
+    report(args, names, rounds, checks, install, peers, batch, corpus, start_uptime, end_uptime)
 
 
 def run_rounds(args, names: list[str], contenders: Contenders, ref: Reference | None, texts_file: Path,
@@ -291,7 +304,7 @@ def _flat(gpucli_out: Path, tmp: Path) -> Path:
 
 
 def report(args, names: list[str], rounds: list[dict], checks: dict, install: dict, peers: dict, batch: int,
-           start_uptime: str, end_uptime: str) -> None:
+           corpus: str, start_uptime: str, end_uptime: str) -> None:
     def med(values: list[float]) -> float:
         return statistics.median(values)
 
@@ -301,8 +314,8 @@ def report(args, names: list[str], rounds: list[dict], checks: dict, install: di
     def speed(name: str, over: str = "gpucli") -> list[float]:
         return [r[name] / r[over] for r in rounds]
 
-    print(f"\n{args.docs} paragraphs (`--corpus {args.corpus}`), {len(rounds)} rounds, interleaved (order rotating), "
-          f"launch to exit; peers' batch size {batch}\n")
+    print(f"\n{corpus}, {len(rounds)} rounds, interleaved (order rotating), launch to exit; peers' batch size "
+          f"{batch}\n")
     print(f"gpucli: {args.gpucli} -> {install['gpucli_file']} (commit {install['commit']}); onnxruntime "
           f"{install['onnxruntime']}, onnx {install['onnx']}, torch {install['torch']}, transformers "
           f"{install['transformers']}; runtime recorded in its output: "
@@ -332,7 +345,7 @@ def report(args, names: list[str], rounds: list[dict], checks: dict, install: di
         for name, (cos, n) in checks["cosine"].items():
             print(f"  {name:<12} {cos:.6f} over {n} files" + ("" if name in INT8 or cos >= 0.9999 else "  <- NOT EQUAL"))
     if args.json:
-        args.json.write_text(json.dumps({"docs": args.docs, "batch": batch, "rounds": rounds, "checks": checks,
+        args.json.write_text(json.dumps({"docs": args.docs, "corpus": corpus, "batch": batch, "rounds": rounds, "checks": checks,
                                          "install": install, "peers": peers, "uptime": [start_uptime, end_uptime]},
                                         indent=1))
 

@@ -109,10 +109,12 @@ def make_outputs(runner: Runner, tmp: Path, chunks: int, large: int) -> dict[str
     import pyarrow.parquet as pq
 
     from benchmarks.corpus import model_tokenizer
-    from benchmarks.cpu_e2e import paragraphs
+    from benchmarks.cpu_e2e import cached_paragraphs
 
     tokenizer = model_tokenizer()
-    texts = [p for p in paragraphs(int(chunks * 1.4) + 50) if len(tokenizer.encode(p).ids) <= 200][:chunks]
+    pool, digest = cached_paragraphs(int(chunks * 1.4) + 50)
+    texts = [p for p in pool if len(tokenizer.encode(p).ids) <= 200][:chunks]
+    print(f"corpus: {chunks} paragraphs of at most 200 tokens of {len(pool)} (texts sha256 {digest})", file=sys.stderr)
     if len(texts) < chunks:
         raise SystemExit(f"only {len(texts)} paragraphs of at most 200 tokens")
     plans = [("2k", texts, [])]
