@@ -19,7 +19,7 @@ also searched with GPUCLI_BACKEND=torch; with --before CHECKOUT, by that checkou
 Printed: every run's wall seconds with the 1-minute load average at its start, the medians, the median of the
 "query embedded in" and "searched in" seconds the command reports, qdrant: minus Parquet at each size, and the
 targets (issue 46: <= 1.0 s at 2,000 chunks on both; qdrant: <= Parquet + 0.2 s at 100k). With --importtime,
-the imports of one search of the 2k Parquet output over 15 ms (`python -X importtime`, top two levels).
+the imports of one search of each 2k output over 15 ms (`python -X importtime`, top two levels).
 Figures: benchmarks/RESULTS-search.md.
 
     python benchmarks/search_latency.py --gpucli /work/readme-venv/bin/gpucli [--rounds 3] [--large 100000]
@@ -181,8 +181,9 @@ def main() -> None:
         load = os.getloadavg()
         report(args, outputs, runs, load, describe(main_runner))
         if args.importtime:
-            print("\nimports over 15 ms of one search of the 2k Parquet output (cumulative):\n")
-            print("\n".join(f"    {line}" for line in slow_imports(main_runner, outputs["parquet 2k"][0])))
+            for name in ("parquet 2k", "qdrant 2k"):
+                print(f"\nimports over 15 ms of one search of the {name} output (cumulative):\n")
+                print("\n".join(f"    {line}" for line in slow_imports(main_runner, outputs[name][0])))
 
 
 def measure(variants: dict[str, tuple[Runner, str]], rounds: int) -> dict[str, list[dict]]:
