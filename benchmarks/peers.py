@@ -15,6 +15,9 @@ gpucli or from benchmarks/, only the peer libraries, so each run costs what the 
     python benchmarks/peers.py run KIND SRC OUT BATCH CACHE
         One user's script, launch to exit: read every file under SRC (sorted), embed, write OUT as
         Parquet (path, embedding). KIND: st (torch), st-onnx, st-int8, fastembed.
+    python benchmarks/peers.py sweep fastembed TEXTS.json CACHE
+        fastembed's fastest batch size of 8/16/32/64/256 on the texts in TEXTS.json (in memory, model loaded):
+        one JSON line. fastembed does not sort texts by length, so its batch size matters more than ST's.
     python benchmarks/peers.py versions
         One JSON line: the versions of the packages the peers use.
 
@@ -76,6 +79,20 @@ def run(kind: str, src: str, out: str, batch: int, cache: str) -> None:
         paths, texts = read_tree(root)
         vectors = model.encode(texts, batch_size=batch)
     write_parquet(root, paths, vectors, out)
+
+
+def sweep_fastembed(texts_file: str, cache: str) -> None:
+    from fastembed import TextEmbedding
+
+    texts = json.loads(Path(texts_file).read_text(encoding="utf-8"))
+    model = TextEmbedding("sentence-transformers/all-MiniLM-L6-v2", specific_model_path=str(Path(cache) / "fastembed"))
+    list(model.embed(texts[:32], batch_size=16))  # warm up
+    rates = {}
+    for batch in (8, 16, 32, 64, 256):
+        t0 = time.perf_counter()
+        list(model.embed(texts, batch_size=batch))
+        rates[batch] = len(texts) / (time.perf_counter() - t0)
+    print(json.dumps({"best_batch_size": max(rates, key=rates.get), "rates": rates}))
 
 
 def quantization_config() -> str:
@@ -148,6 +165,8 @@ def main() -> None:
         run(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
     elif op == "prepare" and len(sys.argv) == 3:
         prepare(Path(sys.argv[2]))
+    elif op == "sweep" and len(sys.argv) == 5 and sys.argv[2] == "fastembed":
+        sweep_fastembed(sys.argv[3], sys.argv[4])
     elif op == "versions":
         versions()
     else:

@@ -23,10 +23,12 @@ that rotates from round to round (each first in turn), so that the machine's loa
                   fp32 graph, truncating at 256 tokens as sentence-transformers does
   st encode       sentence-transformers `encode` on the texts already in memory, model loaded
                   (benchmarks/st_baseline.py, a long-lived process in the peers' venv; info and a target)
-Every peer embeds with the same batch size: the fastest of 8/16/32/64 for ST `encode` on a 400-text sample,
-found once before the rounds (`--batch N` to set it). fastembed, unlike sentence-transformers and gpucli, does
-not sort texts by length, so each batch pads to its longest paragraph: on 600 of these paragraphs in memory it
-took 22-52 s as they come and 4-12 s sorted (load ~5). Its script takes them as a user's would, as read.
+Batch sizes, found once before the rounds on a 400-text sample in memory: the ST scripts use the fastest of
+8/16/32/64 for ST `encode` (torch; `--batch N` sets it); fastembed its own fastest of 8/16/32/64/256
+(`--fastembed-batch N`). fastembed, unlike sentence-transformers and gpucli, does not sort texts by length, so
+each batch pads to its longest paragraph and the batch size moves it most: on 600 of these paragraphs in
+memory it took 22-52 s as they come and 4-12 s sorted (load ~5); at ST's pick of 64 one run took 110 s
+against 18-23 s at 8. Its script takes the texts as read, as a user's would.
 
 The corpus is built once from /usr/share/doc and kept (cpu_e2e.cached_paragraphs): that tree changes when a
 Debian package is installed. Its digest is printed with the figures.
@@ -116,9 +118,10 @@ def peers_env() -> dict[str, str]:
 class Contenders:
     """The command of each launch-to-exit contender, and running it."""
 
-    def __init__(self, gpucli: Path, peers_python: Path, cache: Path, src: Path, work: Path, batch: int) -> None:
+    def __init__(self, gpucli: Path, peers_python: Path, cache: Path, src: Path, work: Path,
+                 batch: dict[str, int]) -> None:
         self.gpucli, self.peers_python, self.cache = gpucli, peers_python, cache
-        self.src, self.work, self.batch = src, work, batch
+        self.src, self.work, self.batch = src, work, batch  # batch: "st" (every ST script), "fastembed"
 
     def command(self, name: str, out: Path, src: Path | None = None) -> tuple[list[str], dict[str, str]]:
         src = src or self.src
@@ -126,7 +129,7 @@ class Contenders:
             cmd = [str(self.gpucli), "embed", str(src), "--out", str(out), "--progress", "off"]
             return cmd + (["--quantize", "int8"] if name == "gpucli-int8" else []), gpucli_env()
         return ([str(self.peers_python), str(ROOT / "benchmarks" / "peers.py"), "run", name, str(src), str(out),
-                 str(self.batch), str(self.cache)], peers_env())
+                 str(self.batch["fastembed" if name == "fastembed" else "st"]), str(self.cache)], peers_env())
 
     def run(self, name: str, out: Path, src: Path | None = None) -> float:
         """Wall seconds, launch to exit; gpucli starts in the work directory, outside any checkout."""
@@ -198,6 +201,17 @@ def prepare_peers(peers_python: Path, cache: Path) -> dict:
     return {"prepared": json.loads(proc.stdout.strip().splitlines()[-1]), "versions": json.loads(versions.stdout)}
 
 
+def fastembed_batch(args, sample_file: Path) -> int:
+    proc = subprocess.run([str(args.peers_python), str(ROOT / "benchmarks" / "peers.py"), "sweep", "fastembed",
+                           str(sample_file), str(args.peers_cache)], capture_output=True, text=True, env=peers_env(),
+                          timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"fastembed's batch sweep failed:\n{proc.stderr[-3000:]}")
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"fastembed batch sweep (texts/s): {found['rates']}", file=sys.stderr)
+    return found["best_batch_size"]
+
+
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
@@ -213,7 +227,8 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=2000)
     parser.add_argument("--corpus", choices=("doc", "stdlib"), default="doc")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batch", type=int, help="the peers' batch size (default: ST encode's fastest)")
+    parser.add_argument("--batch", type=int, help="the ST scripts' batch size (default: ST encode's fastest)")
+    parser.add_argument("--fastembed-batch", type=int, help="fastembed's batch size (default: its fastest)")
     parser.add_argument("--only", help=f"some contenders, comma-separated, of {','.join(CONTENDERS)}")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -239,8 +254,10 @@ def main() -> None:
         ref = Reference(tmp / "st.stderr", python=str(args.peers_python)) if "st-encode" in names or not args.batch \
             else None
         try:
-            batch = args.batch or ref.ask(op="encode", texts=str(sample_file), batch_sizes=BATCH_SIZES,
-                                          sweep=SWEEP)["best_batch_size"]
+            batch = {"st": args.batch or ref.ask(op="encode", texts=str(sample_file), batch_sizes=BATCH_SIZES,
+                                                 sweep=SWEEP)["best_batch_size"],
+                     "fastembed": args.fastembed_batch or (fastembed_batch(args, sample_file) if "fastembed" in names
+                                                           else 0)}
             contenders = Contenders(Path(args.gpucli), args.peers_python, args.peers_cache, src, tmp, batch)
             warm = write_tree(tmp / "warm", ordered[:20])
             for name in names:  # graphs exported into gpucli's cache, files in the page cache, errors early
@@ -303,7 +320,7 @@ def _flat(gpucli_out: Path, tmp: Path) -> Path:
     return flat
 
 
-def report(args, names: list[str], rounds: list[dict], checks: dict, install: dict, peers: dict, batch: int,
+def report(args, names: list[str], rounds: list[dict], checks: dict, install: dict, peers: dict, batch: dict,
            corpus: str, start_uptime: str, end_uptime: str) -> None:
     def med(values: list[float]) -> float:
         return statistics.median(values)
@@ -314,8 +331,8 @@ def report(args, names: list[str], rounds: list[dict], checks: dict, install: di
     def speed(name: str, over: str = "gpucli") -> list[float]:
         return [r[name] / r[over] for r in rounds]
 
-    print(f"\n{corpus}, {len(rounds)} rounds, interleaved (order rotating), launch to exit; peers' batch size "
-          f"{batch}\n")
+    print(f"\n{corpus}, {len(rounds)} rounds, interleaved (order rotating), launch to exit; batch size: ST scripts "
+          f"{batch['st']}, fastembed {batch['fastembed']}\n")
     print(f"gpucli: {args.gpucli} -> {install['gpucli_file']} (commit {install['commit']}); onnxruntime "
           f"{install['onnxruntime']}, onnx {install['onnx']}, torch {install['torch']}, transformers "
           f"{install['transformers']}; runtime recorded in its output: "
