@@ -93,10 +93,10 @@ def install_hooks() -> None:
             module.WorkerPool = TimedPool
     import gpucli.engines.job
     import gpucli.output.output
-    import gpucli.tasks.embed
+    import gpucli.tasks.embed.task
 
     span(gpucli.engines.job.Job, "open", "job_open")
-    span(gpucli.tasks.embed.EmbedTask, "open", "task_open")
+    span(gpucli.tasks.embed.task.EmbedTask, "open", "task_open")
     span(gpucli.output.output.Output, "open", "output_open")
 
 

@@ -76,7 +76,7 @@ def recall(expected: str, got: str) -> float:
 
 
 def one_core(data: bytes, texts: list[str]) -> None:
-    from gpucli.inputs.extract.ocr import ocr_pdf_pages, version
+    from gpucli.inputs.documents.ocr import ocr_pdf_pages, version
 
     ocr_pdf_pages(data, [0])  # the engine loads once per process
     start = time.perf_counter()

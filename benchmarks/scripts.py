@@ -1,4 +1,4 @@
-"""The script rule (gpucli/tasks/_scripts.py) on real multilingual text: how many texts in a script
+"""The script rule (gpucli/tasks/text/scripts.py) on real multilingual text: how many texts in a script
 the default model (all-MiniLM-L6-v2, English) does not read are caught, and how many English texts
 are wrongly refused (target 0).
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpucli.tasks._scripts import ScriptRule  # noqa: E402
+from gpucli.tasks.text.scripts import ScriptRule  # noqa: E402
 
 MAN = Path("/usr/share/man")
 DOC = Path("/usr/share/doc")

@@ -39,10 +39,10 @@ sys.path.insert(0, str(ROOT))
 def make_corpus(out: Path, count: int, seed: int = 0) -> tuple[list[Path], float]:
     import av
 
-    from gpucli.tasks import _audio
+    from gpucli.tasks.transcribe import audio
 
     rng = random.Random(seed)
-    clips = [_audio.decode(p.read_bytes()) for p in sorted(WAVS.glob("*.wav"))]
+    clips = [audio.decode(p.read_bytes()) for p in sorted(WAVS.glob("*.wav"))]
     paths, seconds = [], 0.0
     for i in range(count):
         pcm = clips[i % len(clips)].astype(np.float32) / 32768.0 * rng.uniform(0.5, 1.0)
@@ -129,7 +129,7 @@ def main() -> None:
     parser.add_argument("--modes", default="loop,loop-batched,task,gpucli")
     args = parser.parse_args()
 
-    from gpucli.tasks.transcribe import _compute_type, _tiny_en_path
+    from gpucli.tasks.transcribe.task import _compute_type, _tiny_en_path
 
     compute = _compute_type("auto", "auto", "cpu", 0)
     modes = args.modes.split(",")

@@ -158,7 +158,7 @@ def check_model(task_cls: type, model: str, options: dict[str, Any] | None = Non
 
 def zero_shot(task_cls: type, options: dict[str, Any]) -> bool:
     """classify --labels (issue 43): an image-text model is the one it takes, and the zero-shot
-    task says so itself when it is not (tasks/_zero_shot.py)."""
+    task says so itself when it is not (tasks/classify/zero_shot.py)."""
     return task_cls.name == "classify" and any(options.get(k) is not None for k in ("labels", "labels_file"))
 
 

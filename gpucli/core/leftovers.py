@@ -4,7 +4,7 @@ A run that ends normally cleans up after itself; a process group killed at once 
 the OOM killer, systemd's final SIGKILL) cannot. Two things outlive it, and would pile up
 run after run under cron:
 
-* `/dev/shm/gpucli_<pid>_<hex>`: the image tasks' shared-memory blocks (tasks/_images.py).
+* `/dev/shm/gpucli_<pid>_<hex>`: the image tasks' shared-memory blocks (tasks/images/decode.py).
   Their creator's resource tracker would unlink them, but it dies with the group. Each block
   is named after the pid of the process that made it.
 * `gpucli-ray-<pid>-<random>` in `tempfile.gettempdir()`: the private Ray's temp directory

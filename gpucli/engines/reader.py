@@ -368,11 +368,11 @@ _READER_TASK: Any = None
 
 def _reader_init(spec: Any, readers: int = 1) -> None:
     from gpucli.core.signals import leave_to_parent
-    from gpucli.inputs import limited
+    from gpucli.inputs.documents import sandbox
     from gpucli.tasks import create_task
 
     leave_to_parent()
-    limited.SHARING_CORES = readers  # each reader's extraction children get a share of the cores
+    sandbox.SHARING_CORES = readers  # each reader's extraction children get a share of the cores
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per reader process
     global _READER_TASK
     _READER_TASK = create_task(spec)

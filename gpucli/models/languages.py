@@ -3,7 +3,7 @@
 From the model's own metadata where it has it: the `language:` tags of its model card (the front
 matter of README.md, as the Hugging Face Hub shows them: `en`, `[en, de]`, `multilingual`). The
 bundled default declares its own (all-MiniLM-L6-v2: English; the package's card has no tag). A
-model that says nothing is taken to read anything: the rule that uses this (tasks/_scripts.py)
+model that says nothing is taken to read anything: the rule that uses this (tasks/text/scripts.py)
 refuses only what a model says it does not read.
 """
 

@@ -75,7 +75,7 @@ def output_settings(spec: TaskSpec, task: Task, metadata: dict[str, str]) -> dic
     """Everything that changes the rows, with every option's effective value (a default
     given as a flag is the same run): an output's ledger refuses a run with others."""
     from gpucli.models.hub import DESCRIPTIVE_KEYS
-    from gpucli.tasks._st_modules import fingerprint_info
+    from gpucli.tasks.embed.st_model import fingerprint_info
 
     options = dataclasses.asdict(task.options) if dataclasses.is_dataclass(task.options) else dict(spec.options)
     if dataclasses.is_dataclass(task.options):  # options that change no row's content (--extract-timeout) are left out

@@ -22,7 +22,7 @@ def all_tasks() -> dict[str, type[Task]]:
         module = importlib.import_module(f"{__name__}.{info.name}")
         for obj in vars(module).values():
             if isinstance(obj, type) and issubclass(obj, Task) and obj is not Task and obj.name:
-                if obj.__module__ == module.__name__:
+                if obj.__module__ == module.__name__ or obj.__module__.startswith(module.__name__ + "."):
                     found[obj.name] = obj
     return dict(sorted(found.items()))
 
@@ -70,7 +70,8 @@ def task_of_module(name: str) -> type[Task] | None:
             return None
         raise
     for obj in vars(module).values():
-        if isinstance(obj, type) and issubclass(obj, Task) and obj.name == name and obj.__module__ == module.__name__:
+        if (isinstance(obj, type) and issubclass(obj, Task) and obj.name == name
+                and (obj.__module__ == module.__name__ or obj.__module__.startswith(module.__name__ + "."))):
             return obj
     return None
 

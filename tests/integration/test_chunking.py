@@ -1,4 +1,4 @@
-"""Chunk boundaries (gpucli/tasks/_chunking.py) and the unknown-token rule (gpucli/tasks/_unknown.py),
+"""Chunk boundaries (gpucli/tasks/text/chunking.py) and the unknown-token rule (gpucli/tasks/text/unknown.py),
 with the default model's tokenizer and no model forward."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from gpucli.core.records import Source
 from gpucli.inputs.extract import Document
 from gpucli.inputs.extract._layout import paged
 from gpucli.tasks import TaskSpec, create_task
-from gpucli.tasks._chunking import WindowBlock, text_windows, windows
-from gpucli.tasks._unknown import MAX_UNKNOWN_SHARE, Unknown
+from gpucli.tasks.text.chunking import WindowBlock, text_windows, windows
+from gpucli.tasks.text.unknown import MAX_UNKNOWN_SHARE, Unknown
 from tests.helpers import SAMPLE
 
 LONG = ["nature/bird_migration.txt", "tech/how_the_internet_works.txt", "culture/printing_press.txt"]

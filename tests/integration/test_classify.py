@@ -24,9 +24,9 @@ import pytest
 from gpucli.core.errors import InputError, UsageError
 from gpucli.core.records import Source
 from gpucli.tasks import TaskSpec, create_task, get_task
-from gpucli.tasks._images import Geometry, ShmBatch, ShmPool, read_batch, resize_crop, stack
-from gpucli.tasks._lite0 import LITE0, first_synonym, imagenet_labels, lite0_available
-from gpucli.tasks.classify import ClassifyOptions
+from gpucli.tasks.classify.lite0 import LITE0, first_synonym, imagenet_labels, lite0_available
+from gpucli.tasks.classify.task import ClassifyOptions
+from gpucli.tasks.images.decode import Geometry, ShmBatch, ShmPool, read_batch, resize_crop, stack
 from tests.helpers import save_tiny_vit
 
 Image = pytest.importorskip("PIL.Image")
@@ -102,7 +102,7 @@ def test_top_k_must_be_positive(bad):
 
 def test_module_import_stays_light():
     code = (
-        "import sys, gpucli.tasks as t; t.all_tasks(); from gpucli.tasks.classify import ClassifyTask as C;"
+        "import sys, gpucli.tasks as t; t.all_tasks(); from gpucli.tasks.classify.task import ClassifyTask as C;"
         "[m.available() for m in C.models()];"
         "print(sorted(m for m in ('torch', 'PIL', 'numpy', 'transformers') if m in sys.modules))"
     )
@@ -345,7 +345,7 @@ TRANSPORT_SCRIPT = textwrap.dedent(
     """
     import json, multiprocessing as mp, os, signal, sys, time
     import numpy as np
-    from gpucli.tasks._images import ShmPool, read_batch
+    from gpucli.tasks.images.decode import ShmPool, read_batch
 
     def reader(conn, packed, linger):
         arrays = read_batch(packed)

@@ -157,13 +157,14 @@ def test_a_huge_text_is_tokenized_in_slices_with_memory_bounded_per_mb():
 
 def test_sliced_tokenizing_gives_the_same_windows_as_one_encode(monkeypatch):
     from gpucli.core.records import Source
-    from gpucli.tasks import TaskSpec, _tokens, create_task
+    from gpucli.tasks import TaskSpec, create_task
+    from gpucli.tasks.text import tokens
 
     task = create_task(TaskSpec("embed", "minilm"))
     task.open()
     text = " ".join(f"word{i % 97} and some more text." for i in range(4000))
     whole = task.prepare_many([Source(0, "a", "a")], [text.encode()])[0]
-    monkeypatch.setattr(_tokens, "SLICE_CHARS", 5000)
+    monkeypatch.setattr(tokens, "SLICE_CHARS", 5000)
     sliced = task.prepare_many([Source(0, "a", "a")], [text.encode()])[0]
     assert len(sliced) == len(whole)
     assert sliced.meta["char_start"].tolist() == whole.meta["char_start"].tolist()
@@ -189,7 +190,7 @@ def test_a_window_spans_its_first_to_last_token_in_the_text_for_odd_texts():
 
 
 def test_ascii_texts_take_their_spans_from_the_text_and_match_the_tokenizers_offsets():
-    """BERT's tokenizer on ASCII text: the spans come from the text (tasks/_spans.py), not from
+    """BERT's tokenizer on ASCII text: the spans come from the text (tasks/text/spans.py), not from
     offsets. Texts built to break that rule (every ASCII character, control characters at the
     ends and inside, added tokens written in the text, words over WordPiece's length limit)
     must give the tokenizer's own first and last offsets, and the same ids."""
@@ -234,7 +235,7 @@ def test_spans_come_from_offsets_for_tokenizers_outside_the_rule():
 
     from tokenizers import Tokenizer
 
-    from gpucli.tasks._spans import ends_from_text
+    from gpucli.tasks.text.spans import ends_from_text
 
     task = create_task(TaskSpec("embed", "minilm"))
     task.open()

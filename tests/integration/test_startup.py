@@ -37,8 +37,8 @@ def task_modules(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
 def test_a_task_command_imports_no_other_task():
     result, modules = task_modules("embed", "--help")
     assert result.returncode == 0 and "Usage:" in result.stdout
-    assert "gpucli.tasks.embed" in modules
-    assert not {"gpucli.tasks.classify", "gpucli.tasks.transcribe"} & modules
+    assert "gpucli.tasks.embed.task" in modules
+    assert not {"gpucli.tasks.classify.task", "gpucli.tasks.transcribe.task"} & modules
 
 
 def test_a_model_directory_or_the_task_s_own_alias_imports_no_other_task(tmp_path):
@@ -55,8 +55,8 @@ def test_a_model_directory_or_the_task_s_own_alias_imports_no_other_task(tmp_pat
                                        str(tmp_path / "o.parquet"))
         assert result.returncode == 0, result.stderr
         assert '"action": "run"' in result.stdout
-        assert "gpucli.tasks.embed" in modules
-        assert not {"gpucli.tasks.classify", "gpucli.tasks.transcribe"} & modules, model
+        assert "gpucli.tasks.embed.task" in modules
+        assert not {"gpucli.tasks.classify.task", "gpucli.tasks.transcribe.task"} & modules, model
 
 
 def test_the_one_task_built_still_names_another_task_s_alias(tmp_path):

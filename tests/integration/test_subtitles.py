@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from gpucli.core.errors import UsageError
-from gpucli.tasks import _audio
+from gpucli.tasks.transcribe import audio
 from tests.helpers import read_rows, run_with
 from tests.integration.test_transcribe import ROOT, new_task, run_task, samples, wav_bytes
 
@@ -39,7 +39,7 @@ def clips() -> dict[str, bytes]:
 
 def stitched() -> bytes:
     """Two clips with 3 s of silence between them: VAD removes it inside one chunk."""
-    first, second = (_audio.decode(data) for data in list(clips().values())[:2])
+    first, second = (audio.decode(data) for data in list(clips().values())[:2])
     return wav_bytes(np.concatenate([np.zeros(8000, np.int16), first, np.zeros(3 * 16000, np.int16), second]))
 
 
@@ -84,7 +84,7 @@ def whisper_words():
 
 def with_silences(order: tuple[int, ...], silences_s: tuple[float, ...]) -> bytes:
     """Clips of sample_data/wavs in `order`, `silences_s[i]` of silence after clip i: VAD cuts there."""
-    pcm = [_audio.decode(data) for data in clips().values()]
+    pcm = [audio.decode(data) for data in clips().values()]
     pieces = [np.zeros(8000, np.int16)]
     for i, clip in enumerate(order):
         pieces.append(pcm[clip])
@@ -102,7 +102,7 @@ def test_words_match_a_direct_faster_whisper_call_through_vads_silences(whisper_
     5 s silence, where faster-whisper says 11.56-12.32)."""
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
-    from gpucli.tasks.transcribe import _compute_type
+    from gpucli.tasks.transcribe.task import _compute_type
 
     data = data()
     row = run_task(whisper_words, [("s.wav", data)])["s.wav"]
@@ -124,7 +124,7 @@ def test_words_match_a_direct_faster_whisper_call_through_vads_silences(whisper_
 def sentences_with_pauses(order: tuple[int, ...], pauses_s: tuple[float, ...]) -> tuple[bytes, list[float]]:
     """The one-sentence clips of sample_data/wavs in `order`, `pauses_s[i]` of silence after clip i,
     and where each sentence's speech really ends (its last sample louder than the padding)."""
-    pcm = [_audio.decode(data) for data in clips_all().values()]
+    pcm = [audio.decode(data) for data in clips_all().values()]
     pieces, ends, at = [], [], 0
     for i, clip in enumerate(order):
         loud = np.nonzero(np.abs(pcm[clip].astype(np.int32)) > 400)[0]
@@ -149,7 +149,7 @@ def clips_all() -> dict[str, bytes]:
 def test_segments_and_cues_follow_the_sentences_and_fit_a_subtitle(whisper_plain, tmp_path, order, pauses):
     """Without --word-timestamps: the row's segments (and so the cues) end where the sentences end
     (within 0.3 s), each fits two lines of 42 characters and 7 s, none is a 30-second window."""
-    from gpucli.tasks._subtitles import cues
+    from gpucli.tasks.transcribe.subtitles import cues
 
     data, ends = sentences_with_pauses(order, pauses)
     row = run_task(whisper_plain, [("talk.wav", data)])["talk.wav"]

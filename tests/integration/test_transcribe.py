@@ -27,8 +27,9 @@ import pytest
 
 from gpucli.core.errors import InputError, UsageError
 from gpucli.core.records import Item, Source
-from gpucli.tasks import TaskSpec, _audio, create_task, get_task
-from gpucli.tasks.transcribe import FUNASR, WHISPER, TranscribeTask, _compute_type, resolve_backend
+from gpucli.tasks import TaskSpec, create_task, get_task
+from gpucli.tasks.transcribe import audio
+from gpucli.tasks.transcribe.task import FUNASR, WHISPER, TranscribeTask, _compute_type, resolve_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 WAVS = ROOT / "sample_data" / "wavs"
@@ -155,7 +156,7 @@ def test_registered_with_its_options_and_schema():
 
 
 def test_module_import_stays_light():
-    code = ("import sys, gpucli.tasks.transcribe; "
+    code = ("import sys, gpucli.tasks.transcribe.task; "
             "print([m for m in ('torch', 'av', 'faster_whisper', 'funasr') if m in sys.modules])")
     # numpy is allowed since the batch-level core: blocks of items are numpy columns (~0.07 s to import)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
@@ -205,8 +206,8 @@ FORMATS = [  # (suffix, container, codec, rate, layout)
 @pytest.mark.parametrize("suffix,fmt,codec,rate,layout", FORMATS, ids=[f[0] for f in FORMATS])
 def test_decodes_any_format_rate_and_channels(suffix, fmt, codec, rate, layout):
     src, _ = samples()[0]
-    expected = len(_audio.decode(src.read_bytes())) / SR
-    pcm = _audio.decode(encode(src, fmt, codec, rate, layout))
+    expected = len(audio.decode(src.read_bytes())) / SR
+    pcm = audio.decode(encode(src, fmt, codec, rate, layout))
     assert pcm.dtype == np.int16 and pcm.ndim == 1
     assert abs(len(pcm) / SR - expected) < 0.12  # codec padding / priming only
     assert np.abs(pcm).max() > 1000  # sound, not silence
@@ -216,7 +217,7 @@ def test_decode_matches_faster_whisper_sample_for_sample():
     from faster_whisper.audio import decode_audio
 
     src = encode(samples()[0][0], "flac", "flac", 44100, "stereo")
-    ours = _audio.decode(src).astype(np.float32) / 32768.0
+    ours = audio.decode(src).astype(np.float32) / 32768.0
     theirs = decode_audio(io.BytesIO(src))
     assert np.array_equal(ours, theirs)
 
@@ -276,7 +277,7 @@ def test_silence_is_one_empty_row_not_a_failure():
 
 def _long_recording(seconds: int, gap_s: float) -> tuple[bytes, str]:
     """Sample clips with `gap_s` of silence after each, repeated to `seconds`."""
-    clips = [(_audio.decode(p.read_bytes()), t) for p, t in samples()]
+    clips = [(audio.decode(p.read_bytes()), t) for p, t in samples()]
     parts, words, total = [], [], 0
     gap = np.zeros(int(gap_s * SR), np.int16)
     while total < seconds * SR:
@@ -345,7 +346,7 @@ def test_sample_clips_transcribe_to_their_sentences(whisper):
         check_row(row, whisper)
         assert wer(text, row["text"]) <= 0.25, (path.name, row["text"])
         assert row["language"] == "en" and len(row["segments"]) >= 1
-        assert abs(row["duration_s"] - len(_audio.decode(path.read_bytes())) / SR) < 1e-3
+        assert abs(row["duration_s"] - len(audio.decode(path.read_bytes())) / SR) < 1e-3
 
 
 @pytest.mark.model
@@ -365,7 +366,7 @@ def test_equals_a_direct_faster_whisper_call(whisper):
         assert row["text"] == " ".join(s.text.strip() for s in segments), path.name
         assert row["duration_s"] == pytest.approx(info.duration, abs=1e-3)
         # the row's segments are its sentences (one a clip here), timed by faster-whisper's own words,
-        # each end where that word is heard (tasks/_loudness.py): within the word's own times
+        # each end where that word is heard (tasks/transcribe/loudness.py): within the word's own times
         words = [w for s in segments for w in s.words]
         assert " ".join(s["text"] for s in row["segments"]) == row["text"]
         assert words[0].start - 0.1 <= row["segments"][0]["start"] < words[0].end, path.name
@@ -554,37 +555,37 @@ def _remote_code_model(root: Path, config: dict, marker: Path, name: str = "conf
     {"model": "Paraformer", "model_conf": {"trust_remote_code": "yes"}},
 ])
 def test_funasr_model_dir_whose_config_asks_for_remote_code_is_refused(tmp_path, config):
-    from gpucli.tasks import _funasr
+    from gpucli.tasks.transcribe import funasr
 
     model = _remote_code_model(tmp_path / "m", config, tmp_path / "ran")
     with pytest.raises(UsageError, match="asks to run its own code .* never runs code from a model directory"):
-        _funasr.check_model_dir(str(model))
+        funasr.check_model_dir(str(model))
 
 
 def test_funasr_configuration_json_and_the_config_it_names_are_checked_too(tmp_path):
-    from gpucli.tasks import _funasr
+    from gpucli.tasks.transcribe import funasr
 
     model = _remote_code_model(tmp_path / "m", {"model": "Paraformer", "trust_remote_code": True},
                                tmp_path / "ran", name="inner.yaml")
     (model / "configuration.json").write_text(json.dumps({"file_path_metas": {"config": "inner.yaml"}}))
     with pytest.raises(UsageError, match=r"trust_remote_code in inner\.yaml"):
-        _funasr.check_model_dir(str(model))
+        funasr.check_model_dir(str(model))
 
 
 def test_funasr_model_dir_without_remote_code_passes_the_check(tmp_path):
-    from gpucli.tasks import _funasr
+    from gpucli.tasks.transcribe import funasr
 
     model = _remote_code_model(tmp_path / "m", {"model": "Paraformer", "trust_remote_code": False},
                                tmp_path / "ran")
-    _funasr.check_model_dir(str(model))
+    funasr.check_model_dir(str(model))
 
 
 @needs_funasr
 def test_funasr_cli_refuses_a_remote_code_model_with_exit_2_and_runs_none_of_it(tmp_path):
-    from gpucli.tasks import _funasr
+    from gpucli.tasks.transcribe import funasr
 
-    if _funasr.installed() is not None:
-        pytest.skip(_funasr.installed())
+    if funasr.installed() is not None:
+        pytest.skip(funasr.installed())
     marker = tmp_path / "ran"
     model = _remote_code_model(tmp_path / "evil-model", {"model": "Paraformer", "trust_remote_code": True,
                                                          "remote_code": "./model.py"}, marker)
@@ -608,7 +609,7 @@ EVIL_CHECKPOINT = TINY_PARAFORMER + textwrap.dedent('''
             return (exec, (f"open({marker!r}, 'w').write('ran')",))
 
     torch.save({"state_dict": RunsCode()}, os.path.join(model_dir, "model.pt"))
-    from gpucli.tasks._funasr import FunasrBackend
+    from gpucli.tasks.transcribe.funasr import FunasrBackend
     try:
         FunasrBackend(model_dir, "cpu", 1, "")
         error = ""

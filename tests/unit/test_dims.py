@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpucli.core.errors import UsageError
-from gpucli.tasks._dims import checked_dims, dims_info, matryoshka_sign, truncated
+from gpucli.tasks.embed.dims import checked_dims, dims_info, matryoshka_sign, truncated
 
 
 @pytest.mark.parametrize("files, sign", [

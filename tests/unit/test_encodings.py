@@ -112,7 +112,7 @@ def test_named_encodings_by_glob_then_for_every_file():
 
 def test_encoding_per_glob_in_the_config_file(tmp_path):
     from gpucli.core.config import build_config
-    from gpucli.tasks._embed_options import EmbedOptions
+    from gpucli.tasks.embed.options import EmbedOptions
 
     config = tmp_path / "gpucli.toml"
     config.write_text('[embed]\nencoding = ["legacy/*.txt=cp1252", "*.sjis=shift_jis"]\n', encoding="utf-8")

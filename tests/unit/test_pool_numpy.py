@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpucli.tasks._st_modules import POOLING_MODES, EmbedModelConfig, pool, pool_numpy
+from gpucli.tasks.embed.st_model import POOLING_MODES, EmbedModelConfig, pool, pool_numpy
 
 
 def batch(seed: int = 0):

@@ -9,7 +9,7 @@ import pytest
 
 from gpucli.inputs.scripts import letters
 from gpucli.models.languages import ANY, model_languages, scripts_of
-from gpucli.tasks._scripts import ScriptRule
+from gpucli.tasks.text.scripts import ScriptRule
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "scripts"
 

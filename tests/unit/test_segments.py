@@ -1,11 +1,11 @@
-"""A recording's segments from its words (tasks/_segments.py): sentences and pauses, cues that fit
+"""A recording's segments from its words (tasks/transcribe/segments.py): sentences and pauses, cues that fit
 the subtitle rules, words never split, times from the words."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpucli.tasks._segments import MAX_LINE_CHARS, MAX_SECONDS, MIN_SECONDS, Word, fits, lines, segments
+from gpucli.tasks.transcribe.segments import MAX_LINE_CHARS, MAX_SECONDS, MIN_SECONDS, Word, fits, lines, segments
 
 
 def spoken(text: str, start: float = 0.0, word_s: float = 0.3, gap_s: float = 0.05,
@@ -89,15 +89,15 @@ def test_lines_break_at_a_space_evenly_and_keep_a_short_text_on_one():
 def test_a_segment_ends_where_the_speech_under_its_last_word_ends_not_where_the_alignment_ran_on():
     import numpy as np
 
-    from gpucli.tasks import _loudness
+    from gpucli.tasks.transcribe import loudness
 
     rate = 16000
     pcm = np.zeros(4 * rate, np.int16)
     pcm[int(0.5 * rate):int(2.0 * rate)] = (8000 * np.sin(np.arange(int(1.5 * rate)) / 5)).astype(np.int16)
-    rms = _loudness.frame_rms(pcm, rate)
-    limit = _loudness.threshold(rms)
-    spans = [_loudness.span(rms, limit, 0.0, 1.2), _loudness.span(rms, limit, 1.2, 4.0)]  # two chunks
-    heard = _loudness.Heard(tuple(spans))
+    rms = loudness.frame_rms(pcm, rate)
+    limit = loudness.threshold(rms)
+    spans = [loudness.span(rms, limit, 0.0, 1.2), loudness.span(rms, limit, 1.2, 4.0)]  # two chunks
+    heard = loudness.Heard(tuple(spans))
     assert heard.speech_end(1.5, 3.0) == 2.0  # the last loud frame ends at 2.0 s
     assert heard.speech_end(2.5, 3.5) is None  # all quiet there
     assert heard.speech_start(0.2, 1.0) == 0.5 and heard.speech_start(2.1, 3.0) is None
@@ -112,15 +112,15 @@ def test_a_silence_the_alignment_gave_to_a_word_still_ends_a_sentence_without_a_
     "sea" on to the next word; the sound between them is quiet for 0.65 s: a segment ends there."""
     import numpy as np
 
-    from gpucli.tasks import _loudness
+    from gpucli.tasks.transcribe import loudness
 
     rate = 16000
     pcm = np.zeros(6 * rate, np.int16)
     tone = (8000 * np.sin(np.arange(rate) / 5)).astype(np.int16)
     pcm[int(1.0 * rate):int(2.0 * rate)] = tone  # "to the sea", until 2.0 s
     pcm[int(2.65 * rate):int(3.65 * rate)] = tone  # "along the way", from 2.65 s
-    rms = _loudness.frame_rms(pcm, rate)
-    heard = _loudness.Heard((_loudness.span(rms, _loudness.threshold(rms), 0.0, 6.0),))
+    rms = loudness.frame_rms(pcm, rate)
+    heard = loudness.Heard((loudness.span(rms, loudness.threshold(rms), 0.0, 6.0),))
     words = [Word(" to", 1.0, 1.4), Word(" the", 1.4, 1.7), Word(" sea", 1.7, 2.6), Word(" along", 2.6, 3.0),
              Word(" the", 3.0, 3.3), Word(" way", 3.3, 3.65)]
     assert [s["text"] for s in segments(words)] == ["to the sea along the way"]  # by the words alone: one

@@ -1,4 +1,4 @@
-"""BM25 sparse vectors (tasks/_sparse.py) without processes or models: the weights against a
+"""BM25 sparse vectors (tasks/text/sparse.py) without processes or models: the weights against a
 hand-computed example, the skipped tokens, the Arrow column, IDF and scoring, and RRF."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from gpucli.core.records import Ragged
-from gpucli.tasks import _sparse
-from gpucli.tasks._sparse import Terms
+from gpucli.tasks.text import sparse
+from gpucli.tasks.text.sparse import Terms
 
 
 class AddedToken:
@@ -67,31 +67,31 @@ def test_a_window_of_punctuation_only_has_an_empty_vector():
 
 def test_the_column_is_a_struct_of_indices_and_values():
     meta = Terms(Vocab()).weigh(Ragged(np.array([5, 4, 7], dtype=np.int32), np.array([0, 2]), np.array([2, 1])))
-    column = _sparse.column(meta["sparse_indices"], meta["sparse_values"])
-    assert column.type == _sparse.arrow_type()
+    column = sparse.column(meta["sparse_indices"], meta["sparse_values"])
+    assert column.type == sparse.arrow_type()
     rows = column.to_pylist()
     assert [row["indices"] for row in rows] == [[4, 5], []]
-    assert _sparse.column(np.empty(0, dtype=object), np.empty(0, dtype=object)).to_pylist() == []
+    assert sparse.column(np.empty(0, dtype=object), np.empty(0, dtype=object)).to_pylist() == []
 
 
 def test_idf_is_qdrants():
-    assert _sparse.idf(np.array([1, 2]), 3) == pytest.approx([math.log(2.5 / 1.5 + 1), math.log(1.5 / 2.5 + 1)])
+    assert sparse.idf(np.array([1, 2]), 3) == pytest.approx([math.log(2.5 / 1.5 + 1), math.log(1.5 / 2.5 + 1)])
 
 
 def test_scores_are_idf_times_stored_weights_over_a_sliced_batch_with_nulls():
-    sparse = pa.array([{"indices": [1, 2], "values": [1.0, 0.5]}, None, {"indices": [2], "values": [1.0]},
-                       {"indices": [3], "values": [2.0]}], _sparse.arrow_type())
+    column = pa.array([{"indices": [1, 2], "values": [1.0, 0.5]}, None, {"indices": [2], "values": [1.0]},
+                        {"indices": [3], "values": [2.0]}], sparse.arrow_type())
     terms = np.array([1, 2])
-    frequencies = _sparse.DocumentFrequencies(terms)
-    frequencies.count(sparse)
+    frequencies = sparse.DocumentFrequencies(terms)
+    frequencies.count(column)
     assert frequencies.df.tolist() == [1, 2] and frequencies.n == 3
-    scores = frequencies.scorer().scores(sparse)
+    scores = frequencies.scorer().scores(column)
     idf1, idf2 = math.log(2.5 / 1.5 + 1), math.log(1.5 / 2.5 + 1)
     assert scores[0] == pytest.approx(idf1 + 0.5 * idf2) and scores[2] == pytest.approx(idf2)
     assert scores[1] == -math.inf and scores[3] == -math.inf  # no vector, no shared term: never a hit
-    assert frequencies.scorer().scores(sparse.slice(2, 2)).tolist() == [pytest.approx(idf2), -math.inf]
+    assert frequencies.scorer().scores(column.slice(2, 2)).tolist() == [pytest.approx(idf2), -math.inf]
 
 
 def test_rrf_sums_one_over_60_plus_rank():
-    fused = _sparse.fuse([["a", "b", "c"], ["c", "a"]], 2, key=lambda name: name)
+    fused = sparse.fuse([["a", "b", "c"], ["c", "a"]], 2, key=lambda name: name)
     assert fused == [(pytest.approx(1 / 61 + 1 / 62), "a"), (pytest.approx(1 / 63 + 1 / 61), "c")]

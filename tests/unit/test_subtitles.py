@@ -1,4 +1,4 @@
-"""Subtitle files and word times without a model (gpucli/tasks/_subtitles.py, _word_times.py):
+"""Subtitle files and word times without a model (gpucli/tasks/transcribe/subtitles.py, word_times.py):
 composed files parsed back by real parsers (`srt`, `webvtt-py`), the atomic write, where files
 go, and word times mapped from a chunk's speech back into the recording."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.tasks import _subtitles, _word_times
-from gpucli.tasks._subtitles import SubtitleFiles, compose
-from gpucli.tasks._transcribe_options import TranscribeOptions
+from gpucli.tasks.transcribe import subtitles, word_times
+from gpucli.tasks.transcribe.options import TranscribeOptions
+from gpucli.tasks.transcribe.subtitles import SubtitleFiles, compose
 
 srt = pytest.importorskip("srt")
 webvtt = pytest.importorskip("webvtt")
@@ -47,7 +47,7 @@ def test_vtt_parses_back_with_the_segments_texts_and_times():
 @pytest.mark.parametrize("fmt", ["srt", "vtt"])
 def test_times_never_go_back_and_a_cue_never_ends_before_it_starts(fmt):
     odd = [{"start": 2.0, "end": 1.0, "text": "a"}, {"start": 1.5, "end": 3.0, "text": "b"}]
-    assert _subtitles.cues(odd) == [(2000, 2000, "a"), (2000, 3000, "b")]
+    assert subtitles.cues(odd) == [(2000, 2000, "a"), (2000, 3000, "b")]
     assert compose([], fmt) == ("" if fmt == "srt" else "WEBVTT\n\n")
 
 
@@ -58,15 +58,15 @@ def test_files_go_under_the_recordings_path_with_the_suffix_appended(tmp_path):
     for bad in ("../escape.wav", "/etc/passwd", "a/../../b.wav", ""):
         with pytest.raises(ValueError):
             files.path_of(bad)
-    assert _subtitles.default_dir(str(tmp_path / "t.parquet")) == tmp_path / "t.subtitles"
-    assert _subtitles.default_dir(str(tmp_path / "calls.jsonl")) == tmp_path / "calls.subtitles"
+    assert subtitles.default_dir(str(tmp_path / "t.parquet")) == tmp_path / "t.subtitles"
+    assert subtitles.default_dir(str(tmp_path / "calls.jsonl")) == tmp_path / "calls.subtitles"
 
 
 def test_write_replaces_whole_files_and_leaves_no_partial_file(tmp_path):
     files = SubtitleFiles(tmp_path / "subs", "vtt")
     target = files.write("a/b.wav", SEGMENTS)
     assert target.read_text(encoding="utf-8") == compose(SEGMENTS, "vtt")
-    partial = target.with_name(f".{target.name}{_subtitles.PARTIAL}")
+    partial = target.with_name(f".{target.name}{subtitles.PARTIAL}")
     partial.write_text("half a fi")  # what a run killed mid-write leaves
     files.write("a/b.wav", SEGMENTS[:1])
     assert target.read_text(encoding="utf-8") == compose(SEGMENTS[:1], "vtt")
@@ -100,12 +100,12 @@ def test_word_times_map_through_the_silences_vad_removed():
              {"word": " there.", "start": 1.5, "end": 2.0, "probability": 0.8},  # ends at the clip's end
              {"word": " Again", "start": 2.0, "end": 2.6, "probability": 0.7},  # starts in the second clip
              {"word": " ", "start": 2.6, "end": 2.7, "probability": 0.1}]  # no word: dropped
-    mapped = _word_times.to_recording(words, pieces, 0.5, 7.0)
+    mapped = word_times.to_recording(words, pieces, 0.5, 7.0)
     assert [(w["word"], w["start"], w["end"]) for w in mapped] == [
         ("Hello", 0.6, 1.4), ("there.", 2.0, 2.5), ("Again", 6.0, 6.6)]
-    assert _word_times.to_recording(words[:1], [], 10.0, 12.0)[0]["start"] == 10.1  # no pieces: the span's time
+    assert word_times.to_recording(words[:1], [], 10.0, 12.0)[0]["start"] == 10.1  # no pieces: the span's time
     too_late = [{"word": "x", "start": 2.9, "end": 3.5, "probability": 1.0}]
-    assert _word_times.to_recording(too_late, pieces, 0.5, 7.0)[0]["end"] == 7.0  # never past the chunk
+    assert word_times.to_recording(too_late, pieces, 0.5, 7.0)[0]["end"] == 7.0  # never past the chunk
 
 
 def test_both_ends_of_a_word_move_by_the_clip_that_holds_its_middle_as_faster_whisper_maps_them():
@@ -116,14 +116,14 @@ def test_both_ends_of_a_word_move_by_the_clip_that_holds_its_middle_as_faster_wh
 
     pieces = [[0.0, 0.0, 4.25], [4.25, 9.0, 12.0]]
     word = {"word": "x", "start": 4.1, "end": 4.3, "probability": 1.0}
-    mapped = _word_times.to_recording([word], pieces, 0.0, 12.0)[0]
+    mapped = word_times.to_recording([word], pieces, 0.0, 12.0)[0]
     assert (mapped["start"], mapped["end"]) == (4.1, 4.3)
     clips = [{"start": int(orig_start * 16000), "end": int(orig_end * 16000)} for _, orig_start, orig_end in pieces]
     reference = SpeechTimestampsMap(clips, 16000)
     for start, end in [(4.1, 4.3), (4.2, 4.4), (0.5, 1.0), (4.3, 5.0), (6.9, 7.2)]:
         index = reference.get_chunk_index((start + end) / 2)
         expected = (reference.get_original_time(start, index), reference.get_original_time(end, index))
-        got = _word_times.to_recording([{**word, "start": start, "end": end}], pieces, 0.0, 12.0)[0]
+        got = word_times.to_recording([{**word, "start": start, "end": end}], pieces, 0.0, 12.0)[0]
         assert (got["start"], got["end"]) == pytest.approx(expected, abs=0.01), (start, end)
 
 
@@ -135,7 +135,7 @@ def test_write_is_atomic_by_rename(tmp_path, monkeypatch):
     def crash(src: str, dst: str) -> None:
         raise OSError("killed")
 
-    monkeypatch.setattr(_subtitles.os, "replace", crash)
+    monkeypatch.setattr(subtitles.os, "replace", crash)
     with pytest.raises(OSError):
         files.write("x.wav", SEGMENTS)
     assert Path(target).read_text(encoding="utf-8") == compose(SEGMENTS[:1], "srt")

@@ -9,7 +9,7 @@ import pytest
 
 from gpucli.models import hub
 from gpucli.tasks import TaskSpec
-from gpucli.tasks.embed import EmbedTask
+from gpucli.tasks.embed.task import EmbedTask
 
 
 def _model_dir(root, model_type: str):
@@ -19,7 +19,7 @@ def _model_dir(root, model_type: str):
 
 
 def test_an_image_text_directory_gets_the_variant_a_text_one_does_not(tmp_path):
-    from gpucli.tasks._image_text import ImageTextTask
+    from gpucli.tasks.embed.image_text import ImageTextTask
 
     clip, bert = _model_dir(tmp_path / "clip", "clip"), _model_dir(tmp_path / "bert", "bert")
     assert EmbedTask.variant(TaskSpec("embed", str(clip))) is ImageTextTask

@@ -10,9 +10,9 @@ import pytest
 from gpucli.core.config import build_config
 from gpucli.core.errors import UsageError
 from gpucli.tasks import TaskSpec
-from gpucli.tasks._classify_base import ClassifyOptions
-from gpucli.tasks._zero_shot_labels import DEFAULT_TEMPLATE, ZeroShotLabels, parse_labels, read_labels_file
-from gpucli.tasks.classify import ClassifyTask
+from gpucli.tasks.classify.base import ClassifyOptions
+from gpucli.tasks.classify.labels import DEFAULT_TEMPLATE, ZeroShotLabels, parse_labels, read_labels_file
+from gpucli.tasks.classify.task import ClassifyTask
 
 
 def test_labels_are_split_on_commas_stripped_and_blanks_dropped():
@@ -85,7 +85,7 @@ def test_the_options_come_from_flags_environment_and_config_file(tmp_path):
 
 
 def test_without_labels_a_classify_run_is_the_classifier_and_with_them_zero_shot():
-    from gpucli.tasks._zero_shot import ZeroShotTask
+    from gpucli.tasks.classify.zero_shot import ZeroShotTask
 
     assert ClassifyTask.variant(TaskSpec("classify", "efficientnet-lite0", {"top_k": 3})) is ClassifyTask
     assert ClassifyTask.variant(TaskSpec("classify", "m", {"labels": "cat"})) is ZeroShotTask

@@ -7,7 +7,7 @@ bounded by one batch, whatever the output's size); a Qdrant collection is asked 
 `query_points` (qdrant.py).
 
 `--mode sparse` and `--mode hybrid` (an output made with `--sparse bm25`, issue 30) score BM25 over
-the rows' sparse vectors (tasks/_sparse.py): the query's distinct terms, cut by the output's
+the rows' sparse vectors (tasks/text/sparse.py): the query's distinct terms, cut by the output's
 model's tokenizer, each weighing 1. Over Parquet and JSON lines two passes: the document
 frequency of the query's terms (memory: one counter per query term), then the scores; Qdrant
 applies its IDF modifier itself. Hybrid fuses the dense and the sparse top lists by reciprocal

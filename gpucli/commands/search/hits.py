@@ -95,7 +95,7 @@ class TopK:
 
 def fused(lists: list[list[Hit]], k: int) -> list[Hit]:
     """Reciprocal rank fusion of ranked hit lists (dense, sparse): each hit's score its fused one."""
-    from gpucli.tasks._sparse import fuse
+    from gpucli.tasks.text.sparse import fuse
 
     return [Hit(score, **{key: value for key, value in asdict(hit).items() if key != "score"})
             for score, hit in fuse(lists, k, key=lambda hit: (hit.path, hit.chunk))]

@@ -61,7 +61,7 @@ class JsonlIndex:
 
     def lexical(self, terms: Any, k: int) -> list[Hit]:
         """BM25 in two passes over the file, as over Parquet."""
-        from gpucli.tasks._sparse import DocumentFrequencies
+        from gpucli.tasks.text.sparse import DocumentFrequencies
 
         frequencies, rows = DocumentFrequencies(terms), 0
         for _, sparse in self._sparse_batches():
@@ -74,7 +74,7 @@ class JsonlIndex:
         return best.hits()
 
     def hybrid(self, vector: Any, terms: Any, k: int) -> list[Hit]:
-        from gpucli.tasks._sparse import hybrid_depth
+        from gpucli.tasks.text.sparse import hybrid_depth
 
         return fused([self.nearest(vector, hybrid_depth(k)), self.lexical(terms, hybrid_depth(k))], k)
 
@@ -82,7 +82,7 @@ class JsonlIndex:
         """(hit columns, sparse column) per BATCH_ROWS lines, as `_batches` reads them."""
         import pyarrow as pa
 
-        from gpucli.tasks._sparse import arrow_type
+        from gpucli.tasks.text.sparse import arrow_type
 
         rows: list[dict] = []
         with open(self.display, "rb") as f:

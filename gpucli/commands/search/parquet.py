@@ -52,7 +52,7 @@ class ParquetIndex:
 
     def lexical(self, terms: Any, k: int) -> list[Hit]:
         """BM25 in two passes: the query terms' document frequencies, then every row's score."""
-        from gpucli.tasks._sparse import DocumentFrequencies
+        from gpucli.tasks.text.sparse import DocumentFrequencies
 
         frequencies, rows = DocumentFrequencies(terms), 0
         for batch in self._batches(["sparse"]):
@@ -65,7 +65,7 @@ class ParquetIndex:
         return best.hits()
 
     def hybrid(self, vector: Any, terms: Any, k: int) -> list[Hit]:
-        from gpucli.tasks._sparse import hybrid_depth
+        from gpucli.tasks.text.sparse import hybrid_depth
 
         return fused([self.nearest(vector, hybrid_depth(k)), self.lexical(terms, hybrid_depth(k))], k)
 

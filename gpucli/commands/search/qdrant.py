@@ -66,7 +66,7 @@ class QdrantIndex:
         """Both lists prefetched and fused by Qdrant (RRF with its k = 61: Qdrant's rank counts from
         0, so its 1 / (k + rank0) is gpucli's 1 / (60 + rank)). A server that refuses a parametrised
         RRF (an older version) gets the two queries and gpucli's own fusion."""
-        from gpucli.tasks._sparse import RRF_K, hybrid_depth
+        from gpucli.tasks.text.sparse import RRF_K, hybrid_depth
 
         depth = hybrid_depth(k)
         try:

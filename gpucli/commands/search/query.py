@@ -3,7 +3,7 @@
 the cached graph, else torch). The query gets the query prompt the output recorded
 (`gpucli.query_prompt`, written by `gpucli embed`), or, for an output made before gpucli wrote
 it, the model's own; pooling follows the model's modules as for documents
-(`gpucli.tasks._st_modules`). Words match an image-text model's images through its text tower;
+(`gpucli.tasks.embed.st_model`). Words match an image-text model's images through its text tower;
 an image is embedded by its image tower. `--mode sparse|hybrid` takes the query's BM25 terms
 instead of (or beside) its vector: its token ids, as the output's model cut its documents.
 """
@@ -30,7 +30,7 @@ def embed_queries(model: str, queries: list[str], prompt: str | None = None, dim
     import numpy as np
 
     task = _loaded_task(model, dims)
-    if hasattr(task, "query_text"):  # an image-text model: its text tower (tasks/_image_text.py)
+    if hasattr(task, "query_text"):  # an image-text model: its text tower (tasks/embed/image_text.py)
         try:
             return [np.asarray(task.query_text(query), dtype=np.float32) for query in queries]
         except InputError as exc:
@@ -62,9 +62,9 @@ def embed_image_query(model: str, data: bytes, name: str = "<image>", dims: int 
 
 
 def query_terms(model: str, query: str) -> Any:
-    """The query's distinct BM25 terms (tasks/_sparse.py), ascending: its token ids as the output's
+    """The query's distinct BM25 terms (tasks/text/sparse.py), ascending: its token ids as the output's
     model cut its documents, less special and punctuation tokens. Loads the tokenizer, not the model."""
-    from gpucli.tasks._sparse import Terms
+    from gpucli.tasks.text.sparse import Terms
 
     task = _query_task(model)
     block = query_block(task, query, "matched")
@@ -93,7 +93,7 @@ def _loaded_task(model: str, dims: int = 0) -> Any:
     runtime.py picks: the task is opened on torch first (tokenizer and config only), which finds
     the model's directory, and so whether its ONNX graph is cached."""
     from gpucli.models.backends import onnx_available
-    from gpucli.models.backends.onnx_export import text_encoder_cached
+    from gpucli.models.backends.onnx.export import text_encoder_cached
 
     task = _query_task(model, dims)
     runtime = query_runtime(asked(), not hasattr(task, "query_text"), onnx_available(),
@@ -117,7 +117,7 @@ def _task(model: str, dims: int = 0, runtime: Runtime = Runtime.TORCH) -> Any:
     """embed's task for `model` on `runtime`: its image-text variant for CLIP or SigLIP (whose text
     tower embeds words into the images' space), else the text task."""
     from gpucli.tasks import TaskSpec
-    from gpucli.tasks.embed import EmbedTask
+    from gpucli.tasks.embed.task import EmbedTask
 
     options = {"backend": runtime.value, **({"dims": dims, "force_dims": True} if dims else {})}
     spec = TaskSpec("embed", model, options)

@@ -10,7 +10,7 @@ The query is embedded on the CPU, in this process, so the choice is made as `aut
 CPU host (gpucli/models/backends/choice.py), but without exporting: exporting takes 5-15 s and
 torch, more than a search on torch costs, so a model whose graph is not cached (an output made on
 a GPU, a cache cleared) is embedded on torch. The fp32 graph either way: it is kept only when its
-vectors equal torch's (gpucli/models/backends/onnx_fusion.py), so the query's vector is the one
+vectors equal torch's (gpucli/models/backends/onnx/fusion.py), so the query's vector is the one
 torch gives, whichever runtime made the output's rows. Image-text models run on torch only.
 
 `GPUCLI_BACKEND` (the variable `--backend` of `gpucli embed` reads) decides instead when set:

@@ -63,7 +63,7 @@ class LazyExtractor:
         try:
             document = run(data)
         except (InputError, MemoryError):
-            raise  # MemoryError: the caller's memory cap (gpucli/inputs/limited.py) names the bound, not the file
+            raise  # MemoryError: the caller's memory cap (gpucli/inputs/documents/sandbox.py) names the bound, not the file
         except Exception as error:  # a library's bug or a broken file: one failure, not the run
             raise InputError(Stage.DECODE, f"not a valid {self.label} file ({short_reason(error)})") from error
         if not document.text.strip():

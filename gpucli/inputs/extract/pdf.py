@@ -1,6 +1,6 @@
 """PDF: the text layer, page by page, with pypdfium2 (PDFium; Apache-2.0/BSD, fast; PyMuPDF is
 AGPL and not allowed). `extract_pdf` reads the text layer only: a scan without one is refused,
-not guessed at. OCR (gpucli/inputs/extract/ocr.py, docs/ocr.md) starts from `page_texts`, which
+not guessed at. OCR (gpucli/inputs/documents/ocr.py, docs/ocr.md) starts from `page_texts`, which
 says which pages have no text layer but something drawn on them, and renders those pages with
 `render_page`: a page with a text layer is never OCR'd.
 

@@ -38,7 +38,7 @@ def export_notices(runtime: str, cached: Callable[[], bool]) -> list[str]:
     false): the run looks stalled for those seconds otherwise."""
     if runtime != "onnx" or cached():
         return []
-    from gpucli.models.backends.onnx_cache import default_cache_root
+    from gpucli.models.backends.onnx.cache import default_cache_root
 
     return [f"first run of this model on ONNX Runtime: the workers export it once into {default_cache_root() / 'onnx'} "
             "(about 5-15 s); later runs load it in under a second (--backend torch runs without it)"]
@@ -49,7 +49,7 @@ def quantize_info(quantize: str) -> dict[str, str]:
     so rows of two recipes (their vectors differ) never mix in one output without --full."""
     if not quantize:
         return {"gpucli.quantize": ""}
-    from gpucli.models.backends.onnx_quantize import quantize_recipe  # stdlib-only at import: the parent may import it
+    from gpucli.models.backends.onnx.quantize import quantize_recipe  # stdlib-only at import: the parent may import it
 
     return {"gpucli.quantize": quantize, "gpucli.quantize_recipe": quantize_recipe()}
 

@@ -83,7 +83,7 @@ class ServerClient:
 
         vectors = models.VectorParams(size=new.dims, distance=models.Distance.COSINE,
                                       **_vector_storage(vector_storage(new.vector_type)))
-        # --sparse bm25 (issue 30): BM25's IDF is Qdrant's, from the collection (tasks/_sparse.py)
+        # --sparse bm25 (issue 30): BM25's IDF is Qdrant's, from the collection (tasks/text/sparse.py)
         sparse = {SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)} if new.sparse else None
         try:
             self._call("creating the collection", lambda: self.client.create_collection(

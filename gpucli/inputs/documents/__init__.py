@@ -1,0 +1,1 @@
+"""Documents -> text: extraction and OCR in limited child processes."""

@@ -1,0 +1,1 @@
+"""What an image-text model (CLIP, SigLIP) is, for embed and classify --labels."""

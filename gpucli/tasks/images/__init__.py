@@ -1,0 +1,1 @@
+"""Images for the image tasks: decoding and shared-memory batches."""
