@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucli.tasks.embed.task import EmbedTask
+from gpucli.tasks.embed import EmbedTask
 
 
 class NullEmbedTask(EmbedTask):

@@ -19,7 +19,7 @@ from gpucli.core.progress import Counts
 from gpucli.core.summary import RunSummary, now_text
 from gpucli.inputs.scope import WalkReport
 from gpucli.tasks import Task
-from gpucli.tasks.images.decode import IMAGE_SUFFIXES
+from gpucli.tasks.images import IMAGE_SUFFIXES
 
 
 def summarize(s: RunSummary, counts: Counts, elapsed_s: float, stage_seconds: dict[str, float], stopping: int,

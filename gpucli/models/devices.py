@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from gpucli.core.errors import UsageError
 
@@ -134,3 +135,16 @@ def _parse(spec: str) -> list[str]:
     if bad or not indices:
         raise UsageError(f"--devices {spec!r}: {count} CUDA device(s) visible here; use --devices auto or cpu")
     return [f"cuda:{i}" for i in indices]
+
+
+def torch_dtype(name: str, device: Any) -> Any:
+    """`--dtype` as torch's dtype on `device` (a torch.device or its name): auto is float16 on CUDA,
+    float32 elsewhere."""
+    import torch
+
+    if name == "auto":
+        return torch.float16 if str(device).startswith("cuda") else torch.float32
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if name not in dtypes:
+        raise UsageError(f"unknown dtype {name!r}; choose one of: auto, {', '.join(dtypes)}")
+    return dtypes[name]

@@ -24,9 +24,9 @@ import pytest
 from gpucli.core.errors import InputError, UsageError
 from gpucli.core.records import Source
 from gpucli.tasks import TaskSpec, create_task, get_task
+from gpucli.tasks.classify import ClassifyOptions
 from gpucli.tasks.classify.lite0 import LITE0, first_synonym, imagenet_labels, lite0_available
-from gpucli.tasks.classify.task import ClassifyOptions
-from gpucli.tasks.images.decode import Geometry, ShmBatch, ShmPool, read_batch, resize_crop, stack
+from gpucli.tasks.images import Geometry, ShmBatch, ShmPool, read_batch, resize_crop, stack
 from tests.helpers import save_tiny_vit
 
 Image = pytest.importorskip("PIL.Image")
@@ -345,7 +345,7 @@ TRANSPORT_SCRIPT = textwrap.dedent(
     """
     import json, multiprocessing as mp, os, signal, sys, time
     import numpy as np
-    from gpucli.tasks.images.decode import ShmPool, read_batch
+    from gpucli.tasks.images import ShmPool, read_batch
 
     def reader(conn, packed, linger):
         arrays = read_batch(packed)

@@ -94,7 +94,7 @@ def _qdrant_copy(runner, tree, model, tmp_path) -> str:
 def test_dims_of_all_the_models_dims_is_no_cut_and_no_new_setting():
     from gpucli.output.settings import output_settings
     from gpucli.tasks import TaskSpec
-    from gpucli.tasks.embed.task import EmbedTask
+    from gpucli.tasks.embed import EmbedTask
 
     plain, every = (EmbedTask(TaskSpec("embed", "minilm", options)) for options in ({}, {"dims": 384}))
     for task in (plain, every):

@@ -190,7 +190,7 @@ def test_a_window_spans_its_first_to_last_token_in_the_text_for_odd_texts():
 
 
 def test_ascii_texts_take_their_spans_from_the_text_and_match_the_tokenizers_offsets():
-    """BERT's tokenizer on ASCII text: the spans come from the text (tasks/text/spans.py), not from
+    """BERT's tokenizer on ASCII text: the spans come from the text (tasks/text/tokens.py), not from
     offsets. Texts built to break that rule (every ASCII character, control characters at the
     ends and inside, added tokens written in the text, words over WordPiece's length limit)
     must give the tokenizer's own first and last offsets, and the same ids."""
@@ -235,7 +235,7 @@ def test_spans_come_from_offsets_for_tokenizers_outside_the_rule():
 
     from tokenizers import Tokenizer
 
-    from gpucli.tasks.text.spans import ends_from_text
+    from gpucli.tasks.text.tokens import ends_from_text
 
     task = create_task(TaskSpec("embed", "minilm"))
     task.open()

@@ -158,7 +158,7 @@ def reference_images(model: Path, tree: Path, paths: list[str]) -> dict[str, np.
     """transformers' vectors for the images at `paths`, opened as a user opens them (EXIF, RGB);
     the 16-bit PNG by gpucli's decoder, which scales it where convert("RGB") clips it (the point
     here is the model's path, not the decoder)."""
-    from gpucli.tasks.images.decode import open_image
+    from gpucli.tasks.images import open_image
 
     opened = [open_image((tree / p).read_bytes()) if p.endswith("grey16.png") else open_like_gpucli(tree / p)
               for p in paths]
@@ -299,11 +299,11 @@ def test_siglip_with_only_a_sentencepiece_model_is_searched_by_words(spiece_run)
 
 
 def test_the_tokenizer_built_from_spiece_model_gives_siglip_tokenizer_s_ids(models):
-    """tasks/image_text/siglip_tokenizer.py against transformers' own SiglipTokenizer: the same ids on texts
+    """The SigLIP tokenizer of tasks/image_text/texts.py against transformers' own SiglipTokenizer: the same ids on texts
     with capitals, punctuation, odd whitespace and NFKC forms, and offsets into the text as given."""
     import transformers
 
-    from gpucli.tasks.image_text.siglip_tokenizer import siglip_tokenizer
+    from gpucli.tasks.image_text.texts import siglip_tokenizer
 
     path = models["siglip-spiece"]
     built, slow = siglip_tokenizer(str(path), "siglip"), transformers.AutoTokenizer.from_pretrained(str(path))

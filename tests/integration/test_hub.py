@@ -598,7 +598,7 @@ def test_cli_offline_and_not_cached_is_exit_2_with_the_advice_on_stderr(tmp_path
 
 def test_cli_takes_a_revision_into_the_run_config(tmp_path, monkeypatch):
     from gpucli.core.config import build_config
-    from gpucli.tasks.classify.task import ClassifyOptions
+    from gpucli.tasks.classify import ClassifyOptions
 
     assert build_config("classify", ClassifyOptions, {"paths": (".",), "revision": "v2"}, None).revision == "v2"
     monkeypatch.setenv("GPUCLI_REVISION", "abc123")

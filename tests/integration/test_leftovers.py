@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gpucli.core import leftovers
-from gpucli.tasks.images import decode as images
+from gpucli.tasks.images import batches
 
 SHM = Path("/dev/shm")
 needs_shm = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm on this system")
@@ -69,9 +69,9 @@ def test_the_shm_sweep_leaves_other_names_alone(tmp_path, dead_pid):
 
 @needs_shm
 def test_the_first_pack_of_an_image_batch_sweeps_dead_segments(segments, dead_pid, monkeypatch):
-    monkeypatch.setattr(images, "_swept", False)
+    monkeypatch.setattr(batches, "_swept", False)
     dead = segments(dead_pid)
-    pool = images.ShmPool()
+    pool = batches.ShmPool()
     batch = pool.pack([np.zeros((2, 2, 3), np.uint8)])
     try:
         assert not dead.exists()

@@ -84,7 +84,7 @@ def _embed_batches(task, counts: list[int]):
 def test_results_of_one_wake_up_become_rows_together_and_each_row_keeps_its_input():
     from gpucli.core.decision import Status
     from gpucli.tasks import TaskSpec
-    from gpucli.tasks.embed.task import EmbedTask
+    from gpucli.tasks.embed import EmbedTask
     COMPLETE = Status.COMPLETE
 
     task = EmbedTask(TaskSpec("embed", "minilm"))
@@ -106,7 +106,7 @@ def test_results_of_one_wake_up_become_rows_together_and_each_row_keeps_its_inpu
 
 def test_a_bad_output_among_batches_that_came_back_together_fails_only_its_own_inputs():
     from gpucli.tasks import TaskSpec
-    from gpucli.tasks.embed.task import EmbedTask
+    from gpucli.tasks.embed import EmbedTask
 
     task = EmbedTask(TaskSpec("embed", "minilm"))
     task.dims = 4

@@ -513,8 +513,8 @@ def test_predictor_windows_match_the_local_dispatcher():
     pytest.importorskip("ray")
     from gpucli.engines.job import batch_caps
     from gpucli.engines.ray import RayJob
-    from gpucli.tasks.embed.task import EmbedTask
-    from gpucli.tasks.transcribe.task import TranscribeTask
+    from gpucli.tasks.embed import EmbedTask
+    from gpucli.tasks.transcribe import TranscribeTask
 
     job = RayJob(RunConfig(task="embed", paths=("x",), progress="off"))
     job.job.caps = batch_caps(job.config, EmbedTask, ["cpu"])

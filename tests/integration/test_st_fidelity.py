@@ -29,8 +29,8 @@ from gpucli.tasks.embed.st_model import (
     read_model_config,
     read_pooling,
     resolve_prompts,
-    split_prompt,
 )
+from gpucli.tasks.text.tokens import split_prompt
 
 TEXTS = ["The cat sat on the mat.", "GPUs run matrix multiplications quickly, don't they?",
          "A river flows from the mountains to the sea, carrying sediment along the way.", "Short."]
@@ -470,7 +470,7 @@ def test_search_embeds_the_query_with_the_query_prompt_the_output_recorded(tmp_p
 # --- options -------------------------------------------------------------------------------------------
 def test_normalize_is_unset_unless_given_by_flag_environment_or_config():
     from gpucli.core.config import build_config
-    from gpucli.tasks.embed.options import EmbedOptions
+    from gpucli.tasks.embed import EmbedOptions
 
     assert EmbedOptions().normalize is None
 

@@ -224,7 +224,7 @@ def test_a_block_queue_is_bounded_by_items_but_always_takes_one_block():
 
 def test_cpu_runs_use_the_tasks_cpu_batch_size_and_flags_still_win():
     from gpucli.engines.job import batch_caps
-    from gpucli.tasks.embed.task import EmbedTask
+    from gpucli.tasks.embed import EmbedTask
 
     config = RunConfig(task="embed", paths=("x",))
     assert batch_caps(config, EmbedTask, ["cpu"]).max_items == EmbedTask.cpu_batch_size == 64

@@ -4,7 +4,7 @@ import pytest
 
 from gpucli.core.config import build_config
 from gpucli.core.errors import UsageError
-from gpucli.tasks.embed.task import EmbedOptions
+from gpucli.tasks.embed import EmbedOptions
 
 
 def test_precedence_flag_over_env_over_file_over_default(tmp_path):

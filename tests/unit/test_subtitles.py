@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.tasks.transcribe import subtitles, word_times
-from gpucli.tasks.transcribe.options import TranscribeOptions
+from gpucli.tasks.transcribe import TranscribeOptions, subtitles, word_times
 from gpucli.tasks.transcribe.subtitles import SubtitleFiles, compose
 
 srt = pytest.importorskip("srt")

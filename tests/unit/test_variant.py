@@ -9,7 +9,7 @@ import pytest
 
 from gpucli.models import hub
 from gpucli.tasks import TaskSpec
-from gpucli.tasks.embed.task import EmbedTask
+from gpucli.tasks.embed import EmbedTask
 
 
 def _model_dir(root, model_type: str):

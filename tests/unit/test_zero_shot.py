@@ -10,9 +10,8 @@ import pytest
 from gpucli.core.config import build_config
 from gpucli.core.errors import UsageError
 from gpucli.tasks import TaskSpec
-from gpucli.tasks.classify.base import ClassifyOptions
+from gpucli.tasks.classify import ClassifyOptions, ClassifyTask
 from gpucli.tasks.classify.labels import DEFAULT_TEMPLATE, ZeroShotLabels, parse_labels, read_labels_file
-from gpucli.tasks.classify.task import ClassifyTask
 
 
 def test_labels_are_split_on_commas_stripped_and_blanks_dropped():

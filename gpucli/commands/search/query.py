@@ -117,7 +117,7 @@ def _task(model: str, dims: int = 0, runtime: Runtime = Runtime.TORCH) -> Any:
     """embed's task for `model` on `runtime`: its image-text variant for CLIP or SigLIP (whose text
     tower embeds words into the images' space), else the text task."""
     from gpucli.tasks import TaskSpec
-    from gpucli.tasks.embed.task import EmbedTask
+    from gpucli.tasks.embed import EmbedTask
 
     options = {"backend": runtime.value, **({"dims": dims, "force_dims": True} if dims else {})}
     spec = TaskSpec("embed", model, options)

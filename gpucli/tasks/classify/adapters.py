@@ -5,8 +5,6 @@ methods (`open`, `describe`, `prepare`, `load`, `logits`), so the task does not 
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucli.core.errors import UsageError
@@ -21,21 +19,12 @@ from gpucli.tasks.classify.lite0 import (
     lite0_available,
     lite0_module,
 )
-from gpucli.tasks.images.decode import Geometry, open_image, resize_crop
+from gpucli.tasks.images import Geometry, Normalize, hf_normalize, hf_processor, open_image, resize_crop
 
 if TYPE_CHECKING:
     import numpy as np
 
 BICUBIC = 3  # PIL.Image.Resampling.BICUBIC, without importing Pillow here
-
-
-@dataclass(frozen=True)
-class Normalize:
-    """x -> (x * scale - mean) / std, per channel, on the device."""
-
-    scale: float
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
 
 
 LITE0_GEOMETRY = Geometry(short_side=256, crop=(224, 224), resample=BICUBIC)
@@ -158,70 +147,11 @@ def _hf_config(model: str, path: str) -> Any:
     return config
 
 
-class SharedProcessor:
-    """A model's image processor (hf_processor), loaded once however many reader threads ask for
-    it at the same moment (the image-text embed task and classify --labels hold one each)."""
-
-    def __init__(self) -> None:
-        self._value: Any = None
-        self._lock = threading.Lock()
-
-    def get(self, model: str, path: str) -> Any:
-        with self._lock:
-            if self._value is None:
-                self._value = hf_processor(model, path)
-            return self._value
-
-
-def hf_processor(model: str, path: str) -> Any:
-    """The model's image processor, on Pillow: the same across machines, with or without
-    torchvision, and it takes the Pillow image we decoded as it is."""
-    from transformers import AutoImageProcessor
-
-    try:
-        try:
-            return AutoImageProcessor.from_pretrained(path, backend="pil", local_files_only=True)
-        except (TypeError, ValueError, KeyError):
-            return AutoImageProcessor.from_pretrained(path, local_files_only=True)
-    except Exception as exc:  # noqa: BLE001
-        raise UsageError(f"model {model!r} has no usable image processor: {_first_line(exc)}") from None
-
-
 def _hf_labels(config: Any) -> list[str]:
     id2label = {int(k): str(v) for k, v in (config.id2label or {}).items()}
     count = max(len(id2label), int(getattr(config, "num_labels", 0) or 0))
     return [first_synonym(id2label.get(i, f"LABEL_{i}")) for i in range(count)]
 
 
-def hf_normalize(processor: Any) -> Normalize:
-    """The processor's rescaling and normalisation, which the workers apply on the device (here and
-    in an image-text model's towers: tasks/image_text/towers.py)."""
-    scale = float(processor.rescale_factor) if getattr(processor, "do_rescale", False) else 1.0
-    if not getattr(processor, "do_normalize", False):
-        return Normalize(scale, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
-    return Normalize(scale, _three(processor.image_mean), _three(processor.image_std))
-
-
-def _three(value: Any) -> tuple[float, float, float]:
-    values = [float(v) for v in value] if isinstance(value, (list, tuple)) else [float(value)]
-    return tuple(values * 3)[:3] if len(values) == 1 else (values[0], values[1], values[2])  # type: ignore[return-value]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def adapter_for(model: str, revision: str = "") -> Lite0Adapter | HuggingFaceAdapter:
     return Lite0Adapter(model, revision) if model == LITE0 else HuggingFaceAdapter(model, revision)
-
-
-def torch_dtype(name: str, device: Any) -> Any:
-    import torch
-
-    if name == "auto":
-        return torch.float16 if device.type == "cuda" else torch.float32
-    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-    if name not in dtypes:
-        raise UsageError(f"unknown dtype {name!r}; choose one of: auto, {', '.join(dtypes)}")
-    return dtypes[name]

@@ -14,7 +14,7 @@ from gpucli.core.errors import UsageError
 from gpucli.tasks.base import ModelEntry, Task, TaskSpec
 from gpucli.tasks.classify.labels import DEFAULT_TEMPLATE, check_given
 from gpucli.tasks.classify.lite0 import LITE0, lite0_available, lite0_weights
-from gpucli.tasks.images.decode import IMAGE_SUFFIXES, ShmBatch, ShmPool, read_batch
+from gpucli.tasks.images import IMAGE_SUFFIXES, ShmBatch, ShmPool, read_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.core.errors import UsageError
 from gpucli.core.records import Item, Source
+from gpucli.models.devices import torch_dtype
 from gpucli.models.hub import WEIGHT_SUFFIXES
 from gpucli.tasks.base import Task, TaskSpec, per_core
-from gpucli.tasks.classify.adapters import Lite0Adapter, adapter_for, torch_dtype
+from gpucli.tasks.classify.adapters import Lite0Adapter, adapter_for
 from gpucli.tasks.classify.base import ClassifyBase, ClassifyOptions, group_by_shape, output_row
 from gpucli.tasks.classify.lite0 import LITE0, LITE0_CODE, LITE0_PIXELS, lite0_weights
-from gpucli.tasks.images.decode import stack
+from gpucli.tasks.images import stack
 
 if TYPE_CHECKING:
     import numpy as np

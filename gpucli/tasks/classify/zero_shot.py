@@ -32,13 +32,12 @@ from gpucli.core.errors import UsageError
 from gpucli.core.records import Item, Source
 from gpucli.models.hub import hub_info, resolve_model_dir
 from gpucli.tasks.base import TaskSpec, per_core
-from gpucli.tasks.classify.adapters import SharedProcessor
 from gpucli.tasks.classify.base import ClassifyBase, group_by_shape, output_row
 from gpucli.tasks.classify.labels import ZeroShotLabels
 from gpucli.tasks.classify.lite0 import LITE0
 from gpucli.tasks.classify.scores import LabelScorer, check_prompts, is_sigmoid, load_tokenizer
 from gpucli.tasks.image_text.config import ImageTextConfig, is_image_text, processor_name, weight_bytes
-from gpucli.tasks.images.decode import open_image, stack
+from gpucli.tasks.images import SharedProcessor, open_image, stack
 
 REAL_MODEL_BYTES = 4_000_000  # weights from which the model gets a worker per CPU core (as classify)
 EXAMPLE_MODELS = "openai/clip-vit-base-patch32 or google/siglip-base-patch16-224"

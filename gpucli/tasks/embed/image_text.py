@@ -42,20 +42,20 @@ import numpy as np
 from gpucli.core.errors import InputError, UsageError
 from gpucli.core.records import Failure, Items, Source
 from gpucli.core.stages import Stage
-from gpucli.inputs.documents.reading import Documents
+from gpucli.inputs.documents import Documents
 from gpucli.inputs.encodings import NamedEncodings
 from gpucli.inputs.extract import extractor_versions
 from gpucli.models.hub import check_package, hub_info, resolve_model_dir
 from gpucli.tasks.base import TaskSpec, per_core
-from gpucli.tasks.classify.adapters import SharedProcessor
 from gpucli.tasks.embed.base import EmbedBase
 from gpucli.tasks.embed.dims import dims_info
 from gpucli.tasks.embed.image_text_items import IMAGE, MixedBatch, image_items, rows_schema, rows_table, text_items
+from gpucli.tasks.embed.options import EmbedOptions
 from gpucli.tasks.embed.st_model import Prompts
-from gpucli.tasks.image_text.config import ImageTextConfig, processor_name, refuse_options, weight_bytes
+from gpucli.tasks.image_text.config import ImageTextConfig, processor_name, weight_bytes
 from gpucli.tasks.image_text.texts import no_tokenizer, slow_query_ids, text_tokenizer
 from gpucli.tasks.image_text.towers import Towers
-from gpucli.tasks.images.decode import IMAGE_SUFFIXES, ShmPool, open_image, stack
+from gpucli.tasks.images import IMAGE_SUFFIXES, SharedProcessor, ShmPool, open_image, stack
 from gpucli.tasks.text.scripts import ScriptRule
 from gpucli.tasks.text.tokenizer import saved_pad_id, special_tokens
 from gpucli.tasks.text.tokens import TextTokens
@@ -250,3 +250,15 @@ class ImageTextTask(EmbedBase):
     def rows(self, items: Items, outputs: Any) -> tuple[Any, list[tuple[int, str]]]:
         vectors = self.checked_vectors(items, outputs)
         return self.stored.tag(rows_table(items, self.stored.column(vectors))), []  # --vector-type (issue 30)
+
+
+def refuse_options(model: str, options: EmbedOptions) -> None:
+    """The embed options an image-text model does not take, as usage errors."""
+    if options.backend == "onnx" or options.quantize:
+        raise UsageError(f"--model {model} is an image-text model: it runs on --backend torch only "
+                         "(no --backend onnx, no --quantize)")
+    if options.sparse:  # issue 30: sparse vectors are over a text model's token windows
+        raise UsageError(f"--sparse: --model {model} is an image-text model; sparse lexical vectors "
+                         "are made for text models only for now (embed without --sparse)")
+    if options.prompt:
+        raise UsageError(f"--prompt: {model} names no prompts; use --prefix TEXT")

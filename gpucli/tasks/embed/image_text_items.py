@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from gpucli.core.records import Items
-from gpucli.tasks.images.decode import ShmBatch, ShmPool, read_batch
+from gpucli.tasks.images import ShmBatch, ShmPool, read_batch
 
 IMAGE, TEXT = "image", "text"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpucli.core.vectors import VECTOR_TYPES
-from gpucli.inputs.documents.ocr import OCR_MODES
+from gpucli.inputs.documents import OCR_MODES
 from gpucli.inputs.encodings import NamedEncodings
 from gpucli.models.backends import BACKENDS, QUANTIZATIONS
 

@@ -30,7 +30,7 @@ the `text` column and char offsets stay those of the document. For WordPiece (BE
 tokenizing `prompt + text` equals `prompt_ids(prompt) + ids(text)` whenever the prompt ends
 at a word boundary (a space or punctuation: every published prompt does). For byte-level BPE
 models (GPT-2 style) it does not in general: the text's first word loses its leading-space
-marker when tokenized alone; `split_prompt` cuts a joint encoding of `prompt + text` instead,
+marker when tokenized alone; `split_prompt` (tasks/text/tokens.py) cuts a joint encoding of `prompt + text`,
 which keeps the first chunk identical to sentence-transformers' tokens for every tokenizer.
 
 No torch at import time: the parent reads configs without it; `pool` imports torch inside.
@@ -286,22 +286,6 @@ def prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
             break
         ids.append(token)
     return ids
-
-
-def split_prompt(ids: list[int], offsets: list[tuple[int, int]], prompt_chars: int,
-                 head: list[int] | None = None) -> tuple[list[int], list[int], list[tuple[int, int]]]:
-    """Cut the encoding of `prompt + text` (no special tokens) into (prompt ids, text ids, text
-    offsets into `text`). A token that straddles the boundary belongs to the text, its offset
-    clamped to 0. With `head` (the prompt's `prompt_ids`), tokens after it that still lie in the
-    prompt (a lone `▁` that did not join the text's first word) go to the text at offset (0, 0), so
-    that head + the first window is exactly sentence-transformers' joint tokenization."""
-    cut = 0
-    while cut < len(ids) and offsets[cut][0] < prompt_chars and offsets[cut][1] <= prompt_chars:
-        cut += 1
-    if head is not None and len(head) < cut and list(ids[: len(head)]) == list(head):
-        cut = len(head)
-    text_offsets = [(max(0, start - prompt_chars), max(0, end - prompt_chars)) for start, end in offsets[cut:]]
-    return list(ids[:cut]), list(ids[cut:]), text_offsets
 
 
 def pooled_prompt_length(tokenizer: Any, prompt: str, special_prefix: list[int]) -> int:

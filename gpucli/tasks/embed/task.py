@@ -23,14 +23,15 @@ import numpy as np
 
 from gpucli.core.errors import InputError, UsageError
 from gpucli.core.records import Failure, Item, Items, Ragged, Source
+from gpucli.inputs.documents import Documents
 from gpucli.inputs.documents import ocr as ocr_engine
 from gpucli.inputs.documents.ocr_pages import ocr_flags
-from gpucli.inputs.documents.reading import Documents
 from gpucli.inputs.encodings import NamedEncodings
 from gpucli.inputs.extract import extractor_versions
 from gpucli.models.backends import export_notices, quantize_info
 from gpucli.models.backends.choice import Host, choose_backend, fallback_notices
 from gpucli.models.backends.onnx.export import FUSED_MODEL_TYPES, text_encoder_cached
+from gpucli.models.devices import torch_dtype
 from gpucli.models.hub import ResolvedModel, check_package, hub_info, package_model, resolve_model_dir
 from gpucli.models.model_kind import require_kind
 from gpucli.tasks.base import Task, TaskSpec
@@ -51,13 +52,12 @@ from gpucli.tasks.embed.st_model import (
 from gpucli.tasks.embed.st_model import info as st_info
 from gpucli.tasks.image_text.config import image_text_dir
 from gpucli.tasks.text.scripts import ScriptRule
-from gpucli.tasks.text.spans import ends_from_text
 from gpucli.tasks.text.sparse import DESCRIPTION as SPARSE_DESCRIPTION
 from gpucli.tasks.text.sparse import Terms
 from gpucli.tasks.text.sparse import arrow_type as sparse_type
 from gpucli.tasks.text.sparse import column as sparse_column
 from gpucli.tasks.text.tokenizer import load_tokenizer, special_tokens
-from gpucli.tasks.text.tokens import TextTokens
+from gpucli.tasks.text.tokens import TextTokens, ends_from_text
 from gpucli.tasks.text.unknown import Unknown
 
 
@@ -219,7 +219,7 @@ class EmbedTask(EmbedBase):
             logging.set_verbosity_error()
             logging.disable_progress_bar()
             self.device = torch.device(device)
-            dtype = _torch_dtype(self.spec.dtype, device)
+            dtype = torch_dtype(self.spec.dtype, device)
             self.model = AutoModel.from_pretrained(self.st.transformer_dir, dtype=dtype).to(self.device).eval()
             self.pad_id = int(getattr(self.model.config, "pad_token_id", 0) or 0)
             self.pin = self.device.type == "cuda"
@@ -326,11 +326,3 @@ def _max_tokens(path: str, config: dict) -> int:
         limits.append(json.loads(tok_config.read_text(encoding="utf-8")).get("model_max_length"))
     usable = [int(v) for v in limits if isinstance(v, (int, float)) and 0 < v < 1_000_000]
     return min(usable) if usable else 512
-
-
-def _torch_dtype(dtype: str, device: str):
-    import torch
-
-    if dtype == "auto":
-        return torch.float16 if device.startswith("cuda") else torch.float32
-    return getattr(torch, dtype)

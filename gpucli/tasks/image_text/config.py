@@ -1,7 +1,6 @@
 """What an image-text model's files say, read without transformers: whether a directory holds one
 (which picks embed's image-text variant), and from its config.json the model type, the text
-tower's length, the vectors' width and an image's cost; and the embed options such a model
-refuses.
+tower's length, the vectors' width and an image's cost.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from pathlib import Path
 from gpucli.core.errors import UsageError
 from gpucli.models.hub import WEIGHT_SUFFIXES, resolve_model_dir
 from gpucli.models.model_kind import ModelKind, model_kind
-from gpucli.tasks.embed.options import EmbedOptions
 
 SUPPORTED = ("clip", "siglip", "chinese_clip", "altclip")  # get_image_features / get_text_features, fixed size
 # model types whose text tower was trained on texts padded to its full length, pooled at the last position
@@ -70,18 +68,6 @@ class ImageTextConfig:
     def pads_to_length(self) -> bool:
         """SigLIP: texts padded to the tower's full length, with no attention mask (tasks/embed/image_text.py)."""
         return self.model_type in PAD_TO_LENGTH
-
-
-def refuse_options(model: str, options: EmbedOptions) -> None:
-    """The embed options an image-text model does not take, as usage errors."""
-    if options.backend == "onnx" or options.quantize:
-        raise UsageError(f"--model {model} is an image-text model: it runs on --backend torch only "
-                         "(no --backend onnx, no --quantize)")
-    if options.sparse:  # issue 30: sparse vectors are over a text model's token windows
-        raise UsageError(f"--sparse: --model {model} is an image-text model; sparse lexical vectors "
-                         "are made for text models only for now (embed without --sparse)")
-    if options.prompt:
-        raise UsageError(f"--prompt: {model} names no prompts; use --prefix TEXT")
 
 
 def processor_name(path: str) -> str:

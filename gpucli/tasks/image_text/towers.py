@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from gpucli.core.errors import UsageError
-from gpucli.tasks.classify.adapters import hf_normalize, torch_dtype
+from gpucli.models.devices import torch_dtype
+from gpucli.tasks.images import hf_normalize
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ library, which gives each token's char offsets), without padding or truncation, 
 decides lengths; and what frames one text: the special tokens around it and the pad token.
 
 A text model's comes from its tokenizer.json; an image-text model whose checkpoint ships only a
-SentencePiece model (SigLIP's) has one built from it (tasks/image_text/siglip_tokenizer.py).
+SentencePiece model (SigLIP's) has one built from it (tasks/image_text/texts.py).
 """
 
 from __future__ import annotations

@@ -3,8 +3,23 @@
 slices (memory bounded per file), the prompt's tokens cut off again.
 
 Offsets are what the windows' `char_start`/`char_end` come from; an ASCII text that surely fits
-one window needs only its first and last (tasks/text/spans.py), which skips most of the
-tokenizer's offset work.
+one window needs only its first and last, which skips most of the tokenizer's offset work.
+
+Where a one-window text's tokens start and end, without the tokenizer's offsets (`ascii_ends`):
+a row's `char_start`/`char_end`/`text` need only the first token's start and the last token's
+end. Asking the tokenizer for offsets costs ~15% of `encode_batch` (`encode_batch_fast` skips
+them), and tokenizing is most of a reader's time on one-sentence files. For one family of
+tokenizers the two ends follow from the text itself: BERT's (BertNormalizer with clean_text,
+BertPreTokenizer, WordPiece), on ASCII text. Why that holds: clean_text drops the ASCII control
+characters (0-31 but tab, newline and carriage return; 127) and turns those three into spaces;
+the pre-tokenizer splits on whitespace and makes each ASCII punctuation character a word;
+WordPiece covers every word whole (sub-words, or one [UNK] for a word it cannot cut or longer than
+its limit). So every character from 33 to 126 lies in some token and no other ASCII character
+does: the first token starts at the first such character, the last ends after the last one.
+Added tokens ([CLS], [MASK], ...) matched in the text cover exactly their characters unless they
+strip whitespace around them, so a tokenizer with such a token keeps the offsets. Lower-casing and
+accent stripping keep ASCII lengths. tests/integration/test_embed.py checks the rule against the
+tokenizer's own offsets on texts built to break it.
 """
 
 from __future__ import annotations
@@ -13,11 +28,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucli.tasks.embed.st_model import split_prompt
-from gpucli.tasks.text.spans import ascii_ends
-
 SLICE_CHARS = 1 << 18  # texts longer than this are tokenized in slices (bounded memory per file)
 SLICES_PER_CALL = 8  # slices per encode_batch call: 2 MiB of text at a time
+NO_TOKEN = "".join(map(chr, range(33))) + "\x7f"  # the ASCII characters that belong to no token
 
 
 @dataclass
@@ -51,7 +64,7 @@ class TextTokens:
     def _plain(self, texts: list[str], whole: Collection[int]) -> list[tuple[Any, Any]]:
         """Texts without a prompt. An ASCII text that surely fits one window (no more characters
         than the window has tokens) is tokenized without offsets when its ends follow from the
-        text (tasks/text/spans.py): ~15% of the tokenizer's time."""
+        text (`ascii_ends`): ~15% of the tokenizer's time."""
         encode = self.tokenizer.encode_batch
         fast = [i for i, t in enumerate(texts) if len(t) <= self.window and t.isascii() and i not in whole] \
             if self.ends_from_text else []
@@ -116,3 +129,37 @@ def _slices(text: str, size: int) -> list[tuple[int, int]]:
         spans.append((start, end))
         start = end
     return spans
+
+
+def ends_from_text(tokenizer: Any) -> bool:
+    """Whether `ascii_ends` gives this tokenizer's first and last offsets on ASCII texts."""
+    normalizer, pre, model = tokenizer.normalizer, tokenizer.pre_tokenizer, tokenizer.model
+    if (type(normalizer).__name__, type(pre).__name__, type(model).__name__) != \
+            ("BertNormalizer", "BertPreTokenizer", "WordPiece"):
+        return False
+    if not getattr(normalizer, "clean_text", False) or not hasattr(tokenizer, "encode_batch_fast"):
+        return False
+    added = tokenizer.get_added_tokens_decoder().values()
+    return not any(getattr(token, "lstrip", True) or getattr(token, "rstrip", True) for token in added)
+
+
+def ascii_ends(text: str) -> tuple[tuple[int, int]]:
+    """Offsets holding the first token's start ([0][0]) and the last token's end ([-1][1]) of an
+    ASCII text with at least one token (see the module doc)."""
+    return ((len(text) - len(text.lstrip(NO_TOKEN)), len(text.rstrip(NO_TOKEN))),)
+
+
+def split_prompt(ids: list[int], offsets: list[tuple[int, int]], prompt_chars: int,
+                 head: list[int] | None = None) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+    """Cut the encoding of `prompt + text` (no special tokens) into (prompt ids, text ids, text
+    offsets into `text`). A token that straddles the boundary belongs to the text, its offset
+    clamped to 0. With `head` (the prompt's `prompt_ids`), tokens after it that still lie in the
+    prompt (a lone `▁` that did not join the text's first word) go to the text at offset (0, 0), so
+    that head + the first window is exactly sentence-transformers' joint tokenization."""
+    cut = 0
+    while cut < len(ids) and offsets[cut][0] < prompt_chars and offsets[cut][1] <= prompt_chars:
+        cut += 1
+    if head is not None and len(head) < cut and list(ids[: len(head)]) == list(head):
+        cut = len(head)
+    text_offsets = [(max(0, start - prompt_chars), max(0, end - prompt_chars)) for start, end in offsets[cut:]]
+    return list(ids[:cut]), list(ids[cut:]), text_offsets

@@ -1,5 +1,5 @@
 """Export a text encoder to ONNX once, into the cache (gpucli.models.backends.onnx.cache), fp32 or int8;
-and `torch_export`, the exporter every graph goes through (the image classifiers' too: onnx_image).
+and `torch_export`, the exporter every graph goes through (the image classifiers' too: image.py).
 
 Export. `torch.onnx.export(..., dynamo=False)` (the TorchScript-tracing exporter) with dynamic
 batch and sequence axes. Measured with torch 2.13 / transformers 5.24 on all-MiniLM-L6-v2: 1.2 s,

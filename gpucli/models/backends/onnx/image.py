@@ -62,7 +62,7 @@ def image_entry(graph: ImageGraph, root: Path, opset: int, quantize: str | None)
 
 
 def image_classifier_cached(graph: ImageGraph, cache_root: str | Path | None = None, opset: int = OPSET) -> bool:
-    """Whether a run finds the graph exported already (onnx_export.text_encoder_cached's twin)."""
+    """Whether a run finds the graph exported already (export.text_encoder_cached's twin)."""
     with contextlib.suppress(OSError, UsageError):
         return (_image_key(graph, cache_root_of(cache_root), opset)[1] / SIDECAR_FILE).is_file()
     return False

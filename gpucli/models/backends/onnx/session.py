@@ -1,6 +1,6 @@
 """One ONNX Runtime InferenceSession for a worker, and its execution providers.
 
-A leaf of the backends: the worker's models (onnx.py) and the fusion check (onnx_fusion.py)
+A leaf of the backends: the worker's models (runners.py) and the fusion check (fusion.py)
 both load graphs through it. Why the intra-op threads sleep on CPU: see onnx.py's module doc.
 """
 
