@@ -152,14 +152,8 @@ def check_model(task_cls: type, model: str, options: dict[str, Any] | None = Non
             found = near_alias(model, every)  # minlm -> minilm (issue 52)
         if found is not None:
             raise found
-    if os.path.isdir(model) and not zero_shot(task_cls, options or {}):
+    if os.path.isdir(model) and not task_cls.checks_its_model(options or {}):
         require_kind(task_cls.name, model, model)
-
-
-def zero_shot(task_cls: type, options: dict[str, Any]) -> bool:
-    """classify --labels (issue 43): an image-text model is the one it takes, and the zero-shot
-    task says so itself when it is not (tasks/classify/zero_shot.py)."""
-    return task_cls.name == "classify" and any(options.get(k) is not None for k in ("labels", "labels_file"))
 
 
 def _aliases(tasks: list[type]) -> list[tuple[str, str]]:

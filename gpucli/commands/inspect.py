@@ -34,14 +34,8 @@ from gpucli.output.ledger_view import ReadOnlyLedger
 from gpucli.output.state_dir import LEDGER, ledger_dir
 
 PART = re.compile(r"^part-\d+\.parquet$")
-# The metadata keys (gpucli. dropped) that `gpucli inspect` prints per task, when set; a task not
-# listed gets every key that is not common to all.
-TASK_KEYS = {
-    "embed": ("dims", "full_dims", "vector_type", "sparse", "modality", "model_type", "pooling", "normalize", "prompt",
-              "prompt_name", "query_prompt", "query_prompt_name", "max_tokens", "runtime", "quantize"),
-    "classify": ("backend", "num_classes", "top_k", "input_size", "image_processor", "runtime"),
-    "transcribe": ("backend", "language", "vad", "beam_size"),
-}
+# The metadata keys (gpucli. dropped) that every task's outputs carry: a task that names none to
+# show (Task.shown_settings) gets every other key.
 COMMON_KEYS = ("model", "task", "version", "model_path", "model_source", "model_package", "model_repo",
                "model_revision", "extractors", "root")
 
@@ -407,7 +401,7 @@ def _last_run_line(report: Report) -> str:
 
 def task_lines(report: Report) -> list[tuple[str, str]]:
     """The task's own settings, as its metadata records them (a prompt quoted: its spaces count)."""
-    keys = TASK_KEYS.get(report.task) or tuple(k for k in sorted(report.metadata) if k not in COMMON_KEYS)
+    keys = _shown_settings(report.task) or tuple(k for k in sorted(report.metadata) if k not in COMMON_KEYS)
     shown = []
     for key in keys:
         value = report.metadata.get(key)
@@ -416,3 +410,13 @@ def task_lines(report: Report) -> list[tuple[str, str]]:
     if report.task == "embed" and not report.metadata.get("prompt"):
         shown.append(("prompt", "none"))
     return shown
+
+
+def _shown_settings(task: str) -> tuple[str, ...]:
+    """The keys the output's task shows (Task.shown_settings); () for a task this gpucli does not know."""
+    from gpucli.tasks import get_task
+
+    try:
+        return get_task(task).shown_settings if task else ()
+    except (UsageError, ImportError, AttributeError, ValueError):
+        return ()

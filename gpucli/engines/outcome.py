@@ -19,7 +19,6 @@ from gpucli.core.progress import Counts
 from gpucli.core.summary import RunSummary, now_text
 from gpucli.inputs.scope import WalkReport
 from gpucli.tasks import Task
-from gpucli.tasks.images import IMAGE_SUFFIXES
 
 
 def summarize(s: RunSummary, counts: Counts, elapsed_s: float, stage_seconds: dict[str, float], stopping: int,
@@ -69,12 +68,9 @@ def nothing_found(config: RunConfig, report: WalkReport, task_cls: type[Task], m
         globs = " ".join(f"--include {g!r}" for g in config.include)
         return (f"found no input under {where}: the walk saw {seen} file(s), none matching {globs}; check the "
                 "glob (it matches the path under the root or the file name) (nothing was written)")
-    images = sum(n for suffix, n in report.passed_over_suffixes.items() if suffix in IMAGE_SUFFIXES)
-    if images and hasattr(task_cls, "variant") and task_cls.name == "embed":
-        return (f"found no input under {where}: the walk saw {seen} file(s), {images} of them images, but "
-                f"{model} is a text model with no image tower; to embed images give an image-text "
-                "model: a CLIP or SigLIP directory or Hugging Face id (`gpucli models` suggests some), e.g. "
-                "--model openai/clip-vit-base-patch32 (nothing was written)")
+    hint = task_cls.hint_for_passed_over(report.passed_over_suffixes, model) if seen else ""
+    if hint:
+        return f"found no input under {where}: the walk saw {seen} file(s), {hint} (nothing was written)"
     if seen:
         return (f"found no input under {where}: the walk saw {seen} file(s), none of them files ending "
                 f"{', '.join(task_cls.suffixes)}, which {task_cls.name} reads; pass --include 'GLOB' "

@@ -1,13 +1,16 @@
-"""Task registry: every module in this package that defines a `Task` subclass with a
-`name` is a task. A fourth task is one new file here, nothing else to edit."""
+"""Task registry: every subpackage here that names a `Task` subclass with a `name` at its top is
+a task (gpucli/core/registry.py: the rule the sinks follow too). A fourth task is one new
+subpackage, beside the families the tasks share (text/, image_text/, images/), whose `__init__`
+names its task; the command, its options and help come from the task class."""
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import sys
 from functools import cache
 
 from gpucli.core.errors import UsageError
+from gpucli.core.registry import discover, entries_of
 from gpucli.tasks.base import ModelEntry, Task, TaskSpec
 
 __all__ = ["ModelEntry", "Task", "TaskSpec", "all_tasks", "get_task", "create_task", "task_of_module", "every_option_name"]
@@ -16,14 +19,10 @@ __all__ = ["ModelEntry", "Task", "TaskSpec", "all_tasks", "get_task", "create_ta
 @cache
 def all_tasks() -> dict[str, type[Task]]:
     found: dict[str, type[Task]] = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.name == "base":
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, Task) and obj is not Task and obj.name:
-                if obj.__module__ == module.__name__ or obj.__module__.startswith(module.__name__ + "."):
-                    found[obj.name] = obj
+    for task in discover(sys.modules[__name__], Task):
+        if task.name in found:
+            raise RuntimeError(f"two tasks are named {task.name!r}: {found[task.name]} and {task}. This is a bug.")
+        found[task.name] = task
     return dict(sorted(found.items()))
 
 
@@ -41,8 +40,8 @@ def every_option_name() -> set[str]:
 
 def get_task(name: str) -> type[Task]:
     """A registered name, or "package.module:Class" for tasks that live outside gpucli
-    (plugins, and the fake tasks of the tests and benchmarks). A task named as its module
-    (embed.py's `embed`) is found without importing the others: a worker or a reader process
+    (plugins, and the fake tasks of the tests and benchmarks). A task named as its subpackage
+    (embed/'s `embed`) is found without importing the others: a worker or a reader process
     that runs embed does not import classify's and transcribe's libraries (~0.15-0.3 s each
     process, issue 34)."""
     if ":" in name:
@@ -58,22 +57,18 @@ def get_task(name: str) -> type[Task]:
 
 
 def task_of_module(name: str) -> type[Task] | None:
-    """The task called `name` when the module of that name in this package defines it, else None."""
+    """The task called `name` when the subpackage of that name defines it, else None."""
     if not name.isidentifier() or name.startswith("_") or name == "base":
         return None
     if all_tasks.cache_info().currsize:  # everything is imported already
         return all_tasks().get(name)
     try:
-        module = importlib.import_module(f"{__name__}.{name}")
+        found = entries_of(f"{__name__}.{name}", Task)
     except ModuleNotFoundError as exc:
         if exc.name == f"{__name__}.{name}":
             return None
         raise
-    for obj in vars(module).values():
-        if (isinstance(obj, type) and issubclass(obj, Task) and obj.name == name
-                and (obj.__module__ == module.__name__ or obj.__module__.startswith(module.__name__ + "."))):
-            return obj
-    return None
+    return next((task for task in found if task.name == name), None)
 
 
 def create_task(spec: TaskSpec) -> Task:

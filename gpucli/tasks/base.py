@@ -11,7 +11,7 @@ Module-level imports of task modules must stay light (no torch, transformers, PI
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -97,11 +97,27 @@ class Task:
     read_weight: ClassVar[Callable[..., int] | None] = None
     read_chunk_files: ClassVar[int] = 64  # files per reader thread call (8 calls in flight): decoded
     # inputs wait in memory, so tasks with big decoded inputs read fewer at a time
+    # the output metadata keys (`gpucli.` dropped) that `gpucli inspect` shows for this task's outputs;
+    # () = every key that is not common to all tasks
+    shown_settings: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def read_as(cls, path: str) -> str | None:
         """The format an input at `path` is read as, for `--dry-run` (None: the task has one)."""
         return None
+
+    @classmethod
+    def checks_its_model(cls, options: Mapping[str, Any]) -> bool:
+        """Whether the task, with these options, checks itself what kind of model a --model
+        directory holds (classify --labels takes an image-text model); otherwise the command
+        refuses a directory of another task's kind before any work (models/model_kind.py)."""
+        return False
+
+    @classmethod
+    def hint_for_passed_over(cls, suffixes: Mapping[str, int], model: str) -> str:
+        """What to say when a walk found no input of this task but files with these suffixes
+        (counts by suffix), read by `model`; "" for the general advice (--include)."""
+        return ""
 
     @classmethod
     def variant(cls, spec: TaskSpec, download: bool = True) -> type[Task]:

@@ -1,13 +1,14 @@
 """Sink registry: every module (or subpackage) of this package that defines a `Sink` subclass
-with a `name` is a sink; `--out` picks the first whose `accepts` says yes."""
+with a `name` is a sink (gpucli/core/registry.py: the rule the tasks follow too); `--out` picks
+the first whose `accepts` says yes."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import sys
 from functools import cache
 
 from gpucli.core.errors import UsageError
+from gpucli.core.registry import discover
 from gpucli.output.sinks.base import Rewrite, Sink
 
 __all__ = ["Rewrite", "Sink", "all_sinks", "open_sink"]
@@ -15,16 +16,7 @@ __all__ = ["Rewrite", "Sink", "all_sinks", "open_sink"]
 
 @cache
 def all_sinks() -> list[type[Sink]]:
-    found: list[type[Sink]] = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.name == "base":
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, Sink) and obj is not Sink and obj.name:
-                if obj.__module__ == module.__name__ or obj.__module__.startswith(module.__name__ + "."):
-                    found.append(obj)
-    return found
+    return discover(sys.modules[__name__], Sink)
 
 
 def open_sink(target: str, state_dir: str = "") -> Sink:

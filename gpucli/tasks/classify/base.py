@@ -73,6 +73,8 @@ class ClassifyBase(Task):
         "gpucli classify photos/ --model ./my-vit-finetune --out labels.parquet\n"
         "gpucli classify photos/ --model openai/clip-vit-base-patch32 --labels \"cat,dog,receipt\""
     )
+    shown_settings: ClassVar[tuple[str, ...]] = ("backend", "num_classes", "top_k", "input_size", "image_processor",
+                                                 "runtime")
     suffixes: ClassVar[tuple[str, ...]] = IMAGE_SUFFIXES
     Options: ClassVar[type] = ClassifyOptions
     default_model: ClassVar[str] = LITE0

@@ -19,6 +19,7 @@ image-text model scoring the labels given; options, rows and transport are share
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,12 @@ class ClassifyTask(ClassifyBase):
         self._backend = adapter_for(spec.model, getattr(spec, "revision", ""))  # TaskSpec.revision: issue 14
         self._opened = False
         self._open_lock = threading.Lock()
+
+    @classmethod
+    def checks_its_model(cls, options: Mapping[str, Any]) -> bool:
+        """With --labels (or --labels-file) the zero-shot task takes an image-text model, and says so
+        itself when it is not one (tasks/classify/zero_shot.py)."""
+        return any(options.get(key) is not None for key in ("labels", "labels_file"))
 
     @classmethod
     def variant(cls, spec: TaskSpec, download: bool = True) -> type[Task]:

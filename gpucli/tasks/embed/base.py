@@ -49,6 +49,8 @@ class EmbedBase(Task):
     reads_extensionless = True  # README, AUTHORS, ChangeLog: read when their content is text (inputs/walk.py)
     reads_tables = True  # --from TABLE: texts from a table's rows (gpucli/inputs/tables.py)
     default_model = "minilm"
+    shown_settings = ("dims", "full_dims", "vector_type", "sparse", "modality", "model_type", "pooling", "normalize",
+                      "prompt", "prompt_name", "query_prompt", "query_prompt_name", "max_tokens", "runtime", "quantize")
     cost_name = "tokens"
     default_batch_size = 64
     default_max_cost = 64 * 256

@@ -16,6 +16,7 @@ whether its text came from OCR.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -51,6 +52,7 @@ from gpucli.tasks.embed.st_model import (
 )
 from gpucli.tasks.embed.st_model import info as st_info
 from gpucli.tasks.image_text.config import image_text_dir
+from gpucli.tasks.images import IMAGE_SUFFIXES
 from gpucli.tasks.text.scripts import ScriptRule
 from gpucli.tasks.text.sparse import DESCRIPTION as SPARSE_DESCRIPTION
 from gpucli.tasks.text.sparse import Terms
@@ -65,6 +67,16 @@ class EmbedTask(EmbedBase):
     """`gpucli embed` with a text encoder: see the module docstring."""
 
     OcrImages: ClassVar[type[EmbedTask]]  # --ocr on's variant: images are inputs too (set below the class)
+
+    @classmethod
+    def hint_for_passed_over(cls, suffixes: Mapping[str, int], model: str) -> str:
+        """Images in a tree a text encoder found nothing in: they need an image-text model."""
+        images = sum(count for suffix, count in suffixes.items() if suffix in IMAGE_SUFFIXES)
+        if not images:
+            return ""
+        return (f"{images} of them images, but {model} is a text model with no image tower; to embed images give an "
+                "image-text model: a CLIP or SigLIP directory or Hugging Face id (`gpucli models` suggests some), "
+                "e.g. --model openai/clip-vit-base-patch32")
 
     def reader_processes(self, cores: int, devices: list[str]) -> int:
         return reader_processes(self.layer_weights, cores, devices)  # tasks/embed/policy.py says why

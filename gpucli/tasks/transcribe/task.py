@@ -208,6 +208,7 @@ class TranscribeTask(Task):
     suffixes = (".wav", ".flac", ".ogg", ".mp3", ".m4a")
     Options = TranscribeOptions
     default_model = "whisper-tiny.en"
+    shown_settings = ("backend", "language", "vad", "beam_size")
     cost_name = "audio_s"  # whole seconds of audio in a chunk, rounded up
     default_batch_size = 8
     default_max_cost = 8 * WHISPER_MAX_CHUNK_S
