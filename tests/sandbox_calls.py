@@ -1,27 +1,65 @@
-"""A function for tests/test_limited.py to run in LimitedPool's children (importable by name)."""
+"""Typed calls for tests/integration/test_sandbox.py, and the handler its sandbox's children run
+(a module-level function, pickled by reference as the documents' `calls.run` is)."""
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 from gpucli.core.errors import InputError
 
 
-def act(kind: str, arg: str):
-    if kind == "echo":
-        return arg
-    if kind == "input":
-        raise InputError("decode", arg)
-    if kind == "sleep":
-        time.sleep(float(arg))
-        return "slept"
-    if kind == "die":
-        os._exit(9)
-    if kind == "allocate":
-        return len(bytearray(int(arg)))
-    if kind == "bug":
-        return 1 / 0
-    if kind == "pid":
-        return os.getpid()
-    raise ValueError(kind)
+@dataclass(frozen=True)
+class Echo:
+    text: str
+
+
+@dataclass(frozen=True)
+class Refuse:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Die:
+    pass
+
+
+@dataclass(frozen=True)
+class Allocate:
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Bug:
+    pass
+
+
+@dataclass(frozen=True)
+class Pid:
+    pass
+
+
+def act(call: object) -> object:
+    match call:
+        case Echo(text=text):
+            return text
+        case Refuse(reason=reason):
+            raise InputError("decode", reason)
+        case Sleep(seconds=seconds):
+            time.sleep(seconds)
+            return "slept"
+        case Die():
+            os._exit(9)
+        case Allocate(nbytes=nbytes):
+            return len(bytearray(nbytes))
+        case Bug():
+            return 1 / 0
+        case Pid():
+            return os.getpid()
+    raise TypeError(call)

@@ -2,14 +2,15 @@
 
 Plain text (and a table's record) is decoded here, in the reader's thread or process
 (gpucli/inputs/text.py). A document format (PDF, DOCX, HTML, EPUB...: gpucli/inputs/extract/) is
-extracted in child processes (gpucli/inputs/documents/sandbox.py), for two reasons: extraction is CPU work in C
-libraries that must spread over the host's cores, and a pathological file must be stoppable
-(a time limit per file, `--extract-timeout`, and a memory cap per child) without stopping the run.
-Either way the text is cleaned of escape sequences and control characters before tokenizing.
+extracted in child processes (sandbox.py; what they are asked, calls.py), for two reasons:
+extraction is CPU work in C libraries that must spread over the host's cores, and a pathological
+file must be stoppable (a time limit per file, `--extract-timeout`, and a memory cap per child)
+without stopping the run. Either way the text is cleaned of escape sequences and control
+characters before tokenizing.
 
 OCR (`--ocr`, docs/ocr.md) is part of extraction, in the same children: with `auto` (the default)
 a PDF's pages without a text layer are OCR'd, in a second round of calls, a few pages a call
-(inputs/documents/ocr_pages.py); with `on` image files are read by OCR too; `off` reads text layers only.
+(ocr_pages.py); with `on` image files are read by OCR too; `off` reads text layers only.
 Which pages came from OCR is kept per input until the task's rows take it (`take_ocr_pages`).
 """
 
@@ -23,15 +24,14 @@ from gpucli.core.errors import InputError
 from gpucli.core.records import Failure, Source
 from gpucli.core.stages import Stage
 from gpucli.inputs.compressed import inner_name
+from gpucli.inputs.documents.calls import Call, Extract, OcrImage, OcrPdf, PdfPages, cleaned, run
 from gpucli.inputs.documents.ocr import IMAGE_SUFFIXES, OCR_MODES, OcrDocument, missing
 from gpucli.inputs.documents.ocr_pages import first_failure, image_document, page_batches, pdf_document
-from gpucli.inputs.documents.sandbox import LimitedPool, Limits, default_size
+from gpucli.inputs.documents.sandbox import Limits, Sandbox, default_size
 from gpucli.inputs.encodings import NamedEncodings
-from gpucli.inputs.extract import Document, format_for, short_reason
+from gpucli.inputs.extract import Document, format_for
 from gpucli.inputs.tables import Record
-from gpucli.inputs.text import clean_text, decode_text
-
-EXTRACT_TARGET = "gpucli.inputs.documents.reading:in_child"
+from gpucli.inputs.text import decode_text
 
 
 class Documents:
@@ -43,7 +43,7 @@ class Documents:
         self.limits = Limits(timeout_s=timeout_s, memory_mb=_child_memory_mb())
         self.ocr = ocr
         self.encodings = encodings  # --encoding (inputs/encodings.py)
-        self._pool: LimitedPool | None = None
+        self._pool: Sandbox | None = None
         self._lock = threading.Lock()  # reader threads ask for the pool at once
         self._ocr_pages: dict[int, tuple[int, ...]] = {}  # source id -> its pages read by OCR, until taken
 
@@ -52,20 +52,20 @@ class Documents:
         Plain text takes one pass with no per-file object but its Document (one-sentence files
         are most trees' inputs: this is the reader's hot loop)."""
         docs: list[Any] = [None] * len(sources)
-        calls: dict[int, tuple] = {}  # input -> its call in an extraction child
+        asked: dict[int, Call] = {}  # input -> its call in an extraction child
         for i, (source, data) in enumerate(zip(sources, datas)):
             call = None if type(source) is Record else self._call(inner_name(source.path), data)
             if call is not None:
-                calls[i] = call
+                asked[i] = call
                 continue
             try:
                 docs[i] = Document(decode_text(data, self.encodings.for_path(source.path)))
             except InputError as exc:
                 docs[i] = exc
-        if calls:
-            for i, outcome in zip(calls, self.pool().map(list(calls.values()))):
+        if asked:
+            for i, outcome in zip(asked, self.pool().map(list(asked.values()))):
                 docs[i] = outcome
-            self._finish_ocr(docs, datas, {i: call[0] for i, call in calls.items()})
+            self._finish_ocr(docs, datas, asked)
         kept, failures = [], []
         for source, doc in zip(sources, docs):
             if isinstance(doc, Document) and doc.text.strip():
@@ -79,22 +79,22 @@ class Documents:
                 failures.append(Failure(source.path, doc.stage, str(doc)))
         return kept, failures
 
-    def _call(self, path: str, data: bytes) -> tuple | None:
-        """What an extraction child does with this input (`in_child`); None for plain text."""
+    def _call(self, path: str, data: bytes) -> Call | None:
+        """What an extraction child does with this input (calls.py); None for plain text."""
         fmt = format_for(path)
         if fmt is not None:
-            return ("pdf_pages", data) if fmt.name == "pdf" and self.ocr != "off" else ("extract", fmt.name, data)
+            return PdfPages(data) if fmt.name == "pdf" and self.ocr != "off" else Extract(fmt.name, data)
         if self.ocr == "on" and path.lower().endswith(IMAGE_SUFFIXES):
-            return ("ocr_image", data)
+            return OcrImage(data)
         return None
 
-    def _finish_ocr(self, docs: list[Any], datas: list[bytes], kinds: dict[int, str]) -> None:
+    def _finish_ocr(self, docs: list[Any], datas: list[bytes], asked: dict[int, Call]) -> None:
         """Round two: the pages of each PDF without a text layer, OCR'd a few pages a call in the
         children; then every PDF's and image's pages become its document (inputs/documents/ocr_pages.py)."""
-        scans = {i: docs[i] for i, kind in kinds.items() if kind == "pdf_pages" and isinstance(docs[i], list)}
+        scans = {i: docs[i] for i, call in asked.items() if isinstance(call, PdfPages) and isinstance(docs[i], list)}
         cannot = missing()
         batches = [] if cannot else [(i, pages) for i, texts in scans.items() for pages in page_batches(texts)]
-        outcomes = self.pool().map([("ocr_pdf", datas[i], pages) for i, pages in batches]) if batches else []
+        outcomes = self.pool().map([OcrPdf(datas[i], tuple(pages)) for i, pages in batches]) if batches else []
         read: dict[int, dict[int, str]] = {i: {} for i in scans}
         failed: dict[int, list[Any]] = {}
         for (i, pages), outcome in zip(batches, outcomes):
@@ -104,8 +104,8 @@ class Documents:
                 read[i].update(zip(pages, outcome))
         for i, texts in scans.items():
             docs[i] = first_failure(failed.get(i, [])) or _attempt(pdf_document, texts, read[i], cannot)
-        for i, kind in kinds.items():
-            if kind == "ocr_image" and isinstance(docs[i], list):
+        for i, call in asked.items():
+            if isinstance(call, OcrImage) and isinstance(docs[i], list):
                 docs[i] = _attempt(image_document, docs[i])
 
     def take_ocr_pages(self, sources: list[Source]) -> dict[int, tuple[int, ...]]:
@@ -113,10 +113,10 @@ class Documents:
         with self._lock:
             return {s.id: pages for s in sources if (pages := self._ocr_pages.pop(s.id, None))}
 
-    def pool(self) -> LimitedPool:
+    def pool(self) -> Sandbox:
         with self._lock:
             if self._pool is None:
-                self._pool = LimitedPool(EXTRACT_TARGET, default_size(), self.limits)
+                self._pool = Sandbox(run, default_size(), self.limits)
             return self._pool
 
     def close(self) -> None:
@@ -145,48 +145,6 @@ def _attempt(make: Any, *args: Any) -> Any:
 def _on_pages(error: InputError, pages: list[int]) -> InputError:
     where = f"page {pages[0] + 1}" if len(pages) == 1 else f"pages {pages[0] + 1}-{pages[-1] + 1}"
     return InputError(error.stage, f"OCR of {where}: {error}")
-
-
-def in_child(kind: str, *args: Any) -> Any:
-    """In an extraction child: one call of `Documents` (its kinds are `Documents._call`'s and
-    `_finish_ocr`'s). A library's exception becomes one file's InputError, as extractors' do."""
-    if kind == "extract":
-        return extract_clean(*args)
-    from gpucli.inputs.documents import ocr
-    from gpucli.inputs.extract import pdf  # PDFium, and RapidOCR on first use: in the children only
-
-    run, what = {"pdf_pages": (pdf.page_texts, "not a valid PDF file"), "ocr_pdf": (ocr.ocr_pdf_pages, "OCR failed"),
-                 "ocr_image": (ocr.ocr_image, "OCR failed")}[kind]
-    try:
-        return run(*args)
-    except (InputError, MemoryError):
-        raise  # MemoryError: the pool names its memory cap
-    except Exception as error:  # a library's bug or a broken file: one failure, not the run
-        raise InputError(Stage.DECODE, f"{what} ({short_reason(error)})") from error
-
-
-def extract_clean(fmt: str, data: bytes) -> Document:
-    """In an extraction child: the document's text, each page cleaned of control characters
-    (page starts move with what is removed)."""
-    from gpucli.inputs.extract import extract
-
-    return cleaned(extract(fmt, data))
-
-
-def cleaned(doc: Document) -> Document:
-    """`doc` with each page cleaned of control characters (page starts move with what is removed);
-    an OcrDocument stays one."""
-    if not doc.pages:
-        return Document(clean_text(doc.text))
-    bounds = list(doc.pages) + [len(doc.text)]
-    pieces = [clean_text(doc.text[a:b]) for a, b in zip(bounds, bounds[1:])]
-    starts, at = [], 0
-    for piece in pieces:
-        starts.append(at)
-        at += len(piece)
-    if isinstance(doc, OcrDocument):
-        return OcrDocument("".join(pieces), tuple(starts), doc.ocr_pages)
-    return Document("".join(pieces), tuple(starts))
 
 
 def _child_memory_mb() -> int:

@@ -8,20 +8,28 @@ failure record, and the run goes on. A memory cap (RLIMIT_AS) turns a decompress
 MemoryError in the child instead of the host's OOM killer choosing a victim. The children also
 spread CPU-bound extraction over the host's cores while the parent's threads only wait.
 
-Each child has its own Pipe (DESIGN.md: a killed process that holds a shared queue's read lock
-wedges the others). Several threads may call `map` at once: the idle children are shared, each
-call keeps as many of them busy as it has calls left. Children start on first use, ignore the
-stop signals (the parent stops the run), and leave when the parent is gone (EOF on their Pipe
-when idle; a thread that watches the parent's pid when busy).
+Each child has its own Pipe: a process killed while it holds a shared queue's read lock wedges the
+others (measured with the workers: SIGKILL of one wedged the others in 3 of 4 trials). Several
+threads may call `map` at once: the idle children are shared, each call keeps as many of them
+busy as it has calls left. Children start on first use, ignore the stop signals (the parent stops
+the run), and leave when the parent is gone (EOF on their Pipe when idle; a thread that watches
+the parent's pid when busy).
+
+What crosses a Pipe is typed, as the worker protocol's messages are (core/records.py): a call is
+a frozen dataclass that the child's handler dispatches with `match` (gpucli/inputs/documents/calls.py
+for the documents'), the reply one of `Returned`, `Refused` (an InputError, its stage kept),
+`OutOfMemory`, `Crashed`, and an idle child leaves on `Stop`. The handler is a module-level function,
+pickled by reference: a move that breaks it fails at the import of its module, not at run time
+in a child.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +48,41 @@ def default_size() -> int:
 
 
 @dataclass(frozen=True)
+class Stop:
+    """To an idle child: leave."""
+
+
+@dataclass(frozen=True)
+class Returned:
+    """The call's return value."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The call raised an InputError: the input fails with this stage and reason."""
+
+    stage: Stage
+    reason: str
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    """The call ran into the child's memory cap (a MemoryError)."""
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """The call raised anything else (a parser's bug): `error` names it, in one line."""
+
+    error: str
+
+
+Reply = Returned | Refused | OutOfMemory | Crashed
+
+
+@dataclass(frozen=True)
 class Limits:
     """What one call may take. `timeout_s` is wall time from the moment the child got the call."""
 
@@ -54,14 +97,14 @@ class Limits:
 class _Child:
     """One child process and the parent's end of its Pipe."""
 
-    def __init__(self, target: str, limits: Limits) -> None:
+    def __init__(self, handler: Callable[[Any], Any], limits: Limits) -> None:
         import multiprocessing as mp
 
         from gpucli.core.signals import held_from_children
 
         context = mp.get_context("spawn")
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_child_main, args=(child_conn, target, limits.memory_mb),
+        self.process = context.Process(target=_child_main, args=(child_conn, handler, limits.memory_mb),
                                        name="gpucli-extract", daemon=False)
         with held_from_children():  # no stop signal lands in the child before it ignores them
             self.process.start()
@@ -76,29 +119,30 @@ class _Child:
     def stop(self) -> None:
         """An idle child: asked to leave, killed if it does not at once."""
         try:
-            self.conn.send(None)
+            self.conn.send(Stop())
         except OSError:
             pass
         self.process.join(1)
         self.kill()
 
 
-class LimitedPool:
-    """`target` ("module:function") called on argument tuples in up to `size` children."""
+class Sandbox:
+    """`handler` (a module-level function, which dispatches on its call's type) run on calls in
+    up to `size` children, each call under `limits`."""
 
-    def __init__(self, target: str, size: int, limits: Limits) -> None:
+    def __init__(self, handler: Callable[[Any], Any], size: int, limits: Limits) -> None:
         from multiprocessing import util
 
-        self.target, self.size, self.limits = target, max(1, size), limits
+        self.handler, self.size, self.limits = handler, max(1, size), limits
         self._idle: list[_Child] = []
         self._alive: set[_Child] = set()  # idle or busy
         self._started = 0  # children alive or starting
         self._free = threading.Condition()
         self._closed = False
         # before multiprocessing joins the children at exit (it runs finalizers first)
-        self._finalizer = util.Finalize(self, LimitedPool.close, args=(self,), exitpriority=10)
+        self._finalizer = util.Finalize(self, Sandbox.close, args=(self,), exitpriority=10)
 
-    def map(self, calls: list[tuple]) -> list[Any]:
+    def map(self, calls: list[Any]) -> list[Any]:
         """Each call's return value, or the `InputError` it raised, ran out of time or memory
         with, or died of, in the order of `calls`."""
         from multiprocessing.connection import wait
@@ -133,7 +177,7 @@ class LimitedPool:
                     self._lost(child)
         return results
 
-    def _send(self, child: _Child, call: tuple) -> bool:
+    def _send(self, child: _Child, call: Any) -> bool:
         try:
             child.conn.send(call)
             return True
@@ -144,9 +188,9 @@ class LimitedPool:
         """The answer of a child that spoke or died; a child that died is replaced later."""
         try:
             if child.conn.poll():
-                kind, value = child.conn.recv()
+                reply = child.conn.recv()
                 self._give_back(child)
-                return _outcome(kind, value, self.limits)
+                return outcome(reply, self.limits)
         except (EOFError, OSError):
             pass
         child.process.join(1)
@@ -172,7 +216,7 @@ class LimitedPool:
                     return None
                 self._free.wait()
         try:
-            child = _Child(self.target, self.limits)
+            child = _Child(self.handler, self.limits)
         except BaseException:
             with self._free:
                 self._started -= 1
@@ -215,46 +259,51 @@ class LimitedPool:
         self._finalizer.cancel()  # closed: the exit hook need not hold this pool any longer
 
 
-def _outcome(kind: str, value: Any, limits: Limits) -> Any:
-    if kind == "ok":
-        return value
-    if kind == "input":
-        return InputError(*value)
-    if kind == "memory":
-        return InputError(Stage.DECODE, f"needed over {limits.memory_mb} MiB of memory to extract; not read")
-    return InputError(Stage.DECODE, f"the extractor failed: {value}")
+def outcome(reply: Reply, limits: Limits) -> Any:
+    """What `map` gives for a child's reply: the value, or the input's InputError."""
+    match reply:
+        case Returned(value=value):
+            return value
+        case Refused(stage=stage, reason=reason):
+            return InputError(stage, reason)
+        case OutOfMemory():
+            return InputError(Stage.DECODE, f"needed over {limits.memory_mb} MiB of memory to extract; not read")
+        case Crashed(error=error):
+            return InputError(Stage.DECODE, f"the extractor failed: {error}")
+    raise TypeError(f"a child answered {reply!r}, which is no reply. This is a bug.")
 
 
 # --- inside a child ----------------------------------------------------------------------------
 
-def _child_main(conn: Any, target: str, memory_mb: int) -> None:
+def _child_main(conn: Any, handler: Callable[[Any], Any], memory_mb: int) -> None:
     from gpucli.core.signals import leave_to_parent
 
     leave_to_parent()
     _die_with_parent()
     _cap_memory(memory_mb)
-    module, name = target.split(":")
-    func = getattr(importlib.import_module(module), name)
     while True:
         try:
-            call = conn.recv()
+            message = conn.recv()
         except (EOFError, OSError):
             return
-        if call is None:
-            return
-        conn.send(_run(func, call))
+        match message:
+            case Stop():
+                return
+            case call:
+                conn.send(answer(handler, call))
 
 
-def _run(func: Any, call: tuple) -> tuple[str, Any]:
+def answer(handler: Callable[[Any], Any], call: Any) -> Reply:
+    """In a child: the handler's reply to one call."""
     try:
-        return "ok", func(*call)
+        return Returned(handler(call))
     except InputError as exc:
-        return "input", (exc.stage, str(exc))
+        return Refused(exc.stage, str(exc))
     except MemoryError:
-        return "memory", None
+        return OutOfMemory()
     except Exception as exc:  # noqa: BLE001 - a parser's bug costs one file, never the run
         text = str(exc).strip().splitlines()
-        return "error", f"{type(exc).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
+        return Crashed(f"{type(exc).__name__}: {text[0][:300] if text else ''}".rstrip(": "))
 
 
 def _cap_memory(memory_mb: int) -> None:
