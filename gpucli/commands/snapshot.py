@@ -12,12 +12,12 @@ shard, and index `path` (a server keeps its payload indexes per collection, not 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpucli.core.durable import replace_durably
 from gpucli.core.errors import UsageError, os_error
 from gpucli.core.notes import note
 from gpucli.output.sinks.qdrant import SPARSE_VECTOR, parse_target
@@ -96,7 +96,7 @@ def snapshot(where: str, out_file: str) -> Snapshot:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             export_snapshot(client.shard_dir, partial)
-            os.replace(partial, out)
+            replace_durably(partial, out)
         except OSError as exc:
             partial.unlink(missing_ok=True)
             raise os_error(exc, str(out)) from None

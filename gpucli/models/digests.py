@@ -19,6 +19,8 @@ import os
 import time
 from pathlib import Path
 
+from gpucli.core.durable import write_durably
+
 RACY_S = 2.0
 HEX = frozenset("0123456789abcdef")
 
@@ -47,7 +49,5 @@ def file_sha256(path: str | Path, cache_root: Path | None = None) -> str:
     if time.time() - max(st.st_mtime, st.st_ctime) > RACY_S:
         with contextlib.suppress(OSError):
             memo.parent.mkdir(parents=True, exist_ok=True)
-            tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
-            tmp.write_text(hexdigest, encoding="ascii")
-            os.replace(tmp, memo)
+            write_durably(memo, hexdigest, memo.with_name(f".{memo.name}.{os.getpid()}.tmp"))
     return hexdigest

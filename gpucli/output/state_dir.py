@@ -20,13 +20,13 @@ holding nothing but its lock file is replaced.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucli.core.durable import fsync_dir
-from gpucli.core.errors import LedgerDamaged, LockedError, UsageError
+from gpucli.core.errors import LedgerDamaged, UsageError
+from gpucli.core.locks import FileLock
 from gpucli.output.ledger import Ledger, made_with
 
 if TYPE_CHECKING:
@@ -54,15 +54,11 @@ def adopt(earlier: Path, state: Path) -> bool:
     """Move the state directory `earlier` to `state` in one rename; True when it moved. Called
     before the run lock is taken (it is in the directory that moves)."""
     try:
-        fd = os.open(earlier / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        lock = FileLock(earlier / LOCK).take(f"an earlier gpucli run holds {(earlier / LOCK).absolute()}; the "
+                                             f"output's ledger moves to {state} once that run has ended")
     except (FileNotFoundError, NotADirectoryError):
         return False  # nothing there (or moved by a run beside this one)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockedError(f"an earlier gpucli run holds {(earlier / LOCK).absolute()}; the output's ledger "
-                              f"moves to {state} once that run has ended") from None
+    with lock:
         if not earlier.is_dir():
             return False  # moved by a run beside this one since this one looked
         _clear_place(state, earlier)
@@ -73,8 +69,6 @@ def adopt(earlier: Path, state: Path) -> bool:
                 raise UsageError(f"cannot move {earlier.absolute()} to {state.absolute()} (another file system): "
                                  "move it there yourself, then rerun") from None
             raise
-    finally:
-        os.close(fd)
     fsync_dir(earlier.parent)  # the name gone from the dataset directory ...
     fsync_dir(state.parent)  # ... and the new one beside it
     return True
@@ -98,15 +92,8 @@ def _clear_place(state: Path, earlier: Path) -> None:
 
 
 def _remove_free_lock(path: Path) -> None:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockedError(f"another gpucli run holds the lock {path.absolute()}") from None
+    with FileLock(path, create=False).take(f"another gpucli run holds the lock {path.absolute()}"):
         path.unlink()
-    finally:
-        os.close(fd)
 
 
 def own_paths(sink: Sink) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucli.core import durable
 from gpucli.tasks.transcribe import TranscribeOptions, subtitles, word_times
 from gpucli.tasks.transcribe.subtitles import SubtitleFiles, compose
 
@@ -134,7 +135,7 @@ def test_write_is_atomic_by_rename(tmp_path, monkeypatch):
     def crash(src: str, dst: str) -> None:
         raise OSError("killed")
 
-    monkeypatch.setattr(subtitles.os, "replace", crash)
+    monkeypatch.setattr(durable.os, "replace", crash)  # the one durable replace (core/durable.py)
     with pytest.raises(OSError):
         files.write("x.wav", SEGMENTS)
     assert Path(target).read_text(encoding="utf-8") == compose(SEGMENTS[:1], "srt")

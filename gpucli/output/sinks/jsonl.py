@@ -22,10 +22,10 @@ import os
 import re
 from pathlib import Path
 
+from gpucli.core.durable import fsync_dir, replace_durably
 from gpucli.core.errors import UsageError
 from gpucli.core.keys import row_key
 from gpucli.output.sinks.base import Rewrite, Sink
-from gpucli.output.state_dir import fsync_dir
 
 RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 
@@ -166,8 +166,7 @@ class JsonlSink(Sink):
         tmp = self.path.with_name(pending)
         if tmp.exists():
             self._file.close()
-            os.replace(tmp, self.path)
-            fsync_dir(self.path.parent)
+            replace_durably(tmp, self.path, synced=True)  # synced by `supersede`
             self._file = open(self.path, "ab", buffering=0)
             self._size = os.fstat(self._file.fileno()).st_size
         if self._next_ranges is not None:

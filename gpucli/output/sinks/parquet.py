@@ -20,10 +20,11 @@ import os
 import re
 from pathlib import Path
 
+from gpucli.core.durable import fsync_dir, replacing
 from gpucli.core.errors import UsageError
 from gpucli.core.keys import row_keys
 from gpucli.output.sinks.base import Sink
-from gpucli.output.state_dir import adopt, fsync_dir
+from gpucli.output.state_dir import adopt
 
 PART = re.compile(r"^part-(\d+)\.parquet$")
 EARLIER_STATE = "_gpucli"  # where an earlier gpucli kept the ledger and lock: inside the dataset directory
@@ -144,13 +145,11 @@ class ParquetSink(Sink):
     def _write_atomic(self, table, name: str) -> None:
         tmp = self.dir / f".{name}.inprogress"
         try:
-            _write_synced(table, tmp)
+            with replacing(self.dir / name, tmp) as f:  # on an error the temporary goes: what it took of a full disk
+                _write_part(table, f)
         except OSError as exc:  # a write to the open file names none: the message names the part
             exc.filename = exc.filename or str(tmp)
-            tmp.unlink(missing_ok=True)  # what it took of a full disk
             raise
-        os.replace(tmp, self.dir / name)
-        fsync_dir(self.dir)
 
     def reset(self) -> None:
         """Every part gpucli wrote (see `wrote`); a user's file named like a part stays."""
@@ -236,16 +235,21 @@ class ParquetSink(Sink):
                 self._write_atomic(keep, name)
 
 
-def _write_synced(table, path: Path) -> None:
-    """One part file, as every part is written (dictionary-encoded paths with statistics, 8192-row
-    groups: DESIGN.md's measured options), flushed and fsynced."""
+def _write_part(table, file) -> None:
+    """One part's bytes, as every part is written: dictionary-encoded paths with statistics, 8192-row
+    groups (measured: 100k x 384 in 0.38 s, against 2.5 s with pyarrow's defaults)."""
     import pyarrow.parquet as pq
 
     from gpucli.core.vectors import parquet_dictionary
 
     dictionary = ["path", *parquet_dictionary(table.schema)]  # --vector-type int8, binary: a byte a value
+    pq.write_table(table, file, use_dictionary=dictionary, write_statistics=["path"], row_group_size=8192)
+
+
+def _write_synced(table, path: Path) -> None:
+    """One part file at `path` (a staged directory's), flushed and fsynced."""
     with open(path, "wb") as f:
-        pq.write_table(table, f, use_dictionary=dictionary, write_statistics=["path"], row_group_size=8192)
+        _write_part(table, f)
         f.flush()
         os.fsync(f.fileno())
 

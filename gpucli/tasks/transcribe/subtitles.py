@@ -31,12 +31,11 @@ joined by single newlines.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from gpucli.core.durable import fsync_dir
+from gpucli.core.durable import write_durably
 
 FORMATS = ("srt", "vtt")
 PARTIAL = ".partial"  # a file being written: `.NAME.srt.partial`
@@ -72,13 +71,7 @@ class SubtitleFiles:
         target = self.path_of(relpath)
         text = compose(segments, self.fmt)
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}{PARTIAL}")
-        with open(partial, "w", encoding="utf-8", newline="\n") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(partial, target)
-        fsync_dir(target.parent)
+        write_durably(target, text, target.with_name(f".{target.name}{PARTIAL}"))
         return target
 
     def remove(self, relpath: str) -> None:

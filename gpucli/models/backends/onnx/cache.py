@@ -3,12 +3,13 @@
 Cache. `$XDG_CACHE_HOME/gpucli/onnx/<key>/model.onnx` (default `~/.cache`), where the key is a
 digest of: the model's weight and config files, the exporter and modelling code versions (torch,
 transformers), the opset and the quantization. An entry is written under an exclusive lock
-(`flock` on `<key>/.lock`; released by the kernel if the exporter dies) as tmp file + fsync +
-`os.replace`, then a sidecar `model.json` holding the .onnx's sha256 is written the same way,
-last. A reader trusts the .onnx only when its bytes hash to the sidecar's sha256 (a check
-remembered by the file's identity: gpucli/models/digests.py): a corrupt, truncated or half-written file
-is rebuilt (under the lock), never loaded. Two runs exporting at
-once: one exports, the other waits on the lock and then loads what the first wrote.
+(gpucli/core/locks.py, on `<key>/.lock`; released by the kernel if the exporter dies) and put in
+place durably (gpucli/core/durable.py: tmp file, fsync, `os.replace`, the directory's fsync); then
+a sidecar `model.json` holding the .onnx's sha256 is written the same way, last. A reader trusts
+the .onnx only when its bytes hash to the sidecar's sha256 (a check remembered by the file's
+identity: gpucli/models/digests.py): a corrupt, truncated or half-written file is rebuilt (under
+the lock), never loaded. Two runs exporting at once: one exports, the other waits on the lock and
+then loads what the first wrote.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from gpucli.core.durable import replace_durably, write_durably
 from gpucli.core.errors import UsageError
+from gpucli.core.locks import FileLock
 from gpucli.models.backends.onnx.quantize import quantize_recipe
 from gpucli.models.digests import default_cache_root, file_sha256
 
@@ -103,7 +106,7 @@ def cached_model(directory: Path, key: dict[str, Any], build: Callable[[Path], N
     except OSError as exc:
         raise UsageError(f"cannot write the ONNX model cache at {directory} ({exc.strerror or exc}); point "
                          "XDG_CACHE_HOME at a writable directory, or use --backend torch") from None
-    with _locked(directory / LOCK_FILE):
+    with FileLock(directory / LOCK_FILE).wait():
         path = verified_model(directory, key, root)  # another run may have built it while we waited
         if path is not None:
             return path, False
@@ -132,14 +135,13 @@ def _build_entry(directory: Path, key: dict[str, Any], build: Callable[[Path], N
     try:
         build(tmp)
         data = tmp.read_bytes()
-        _fsync_file(tmp)
-        os.replace(tmp, directory / MODEL_FILE)
+        replace_durably(tmp, directory / MODEL_FILE)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-    _fsync_dir(directory)
     sidecar = {"key": key, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "created": time.time()}
-    _write_file_atomically(directory / SIDECAR_FILE, json.dumps(sidecar, indent=1).encode())
+    write_durably(directory / SIDECAR_FILE, json.dumps(sidecar, indent=1),
+                  directory / f".{SIDECAR_FILE}.{os.getpid()}.tmp")
 
 
 def _remove_leftovers(directory: Path) -> None:
@@ -149,49 +151,6 @@ def _remove_leftovers(directory: Path) -> None:
     for stale in directory.glob(".*.tmp*"):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
-
-
-def _write_file_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every OS or file system can fsync a directory
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive `flock`: the kernel releases it when its holder dies, so a killed exporter
-    never leaves a stale lock. Without fcntl (Windows) builders may duplicate work, but readers
-    still see whole files only (replace + verified sidecar)."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    with open(path, "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
 
 
 def cache_root_of(cache_root: str | Path | None) -> Path:
