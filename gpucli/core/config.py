@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args, get_origin
+from typing import Any, get_args, get_origin
 
 import tomllib
 
 from gpucli.core.errors import UsageError
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 
 class EngineName(str, Enum):
@@ -37,49 +35,126 @@ PROGRESS_MODES = ("auto", "rich", "plain", "off")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
+class Panel(str, Enum):
+    """The help panels a command's options are shown in, in the order `--help` shows them (a task's
+    own options come third, under its name)."""
+
+    INPUT = "Input"
+    MODEL = "Model"
+    OUTPUT = "Output"
+    PERFORMANCE = "Performance"
+    INCREMENTAL = "Incremental runs and cron"
+    ENGINE = "Engine (Ray)"
+    ADVANCED = "Advanced"
+
+
+def option(default: Any, *flags: str, help: str, panel: Panel, check: Callable[[Any], bool] | None = None,
+           must: str = "", choices: tuple[str, ...] = (), metavar: str = "", tables: bool = False) -> Any:
+    """A common option, declared once: its field, its flags and help on the command line (every
+    task's command has it; `tables`: only a task that reads tables), its panel, and the check its
+    value must pass (`must` says how to fix it; `choices`: one of them, `one_of` names the one
+    meant). Its TOML key is its name, its variable GPUCLI_NAME."""
+    return field(default=default, metadata={"flags": flags, "help": help, "panel": panel, "check": check,
+                                            "must": must, "choices": choices, "metavar": metavar, "tables": tables})
+
+
+def setting(default: Any, check: Callable[[Any], bool] | None = None, must: str = "") -> Any:
+    """A setting with no flag (a TOML key and a GPUCLI_* variable only), and its check."""
+    return field(default=default, metadata={"check": check, "must": must})
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs; built once, validated on construction."""
+    """Everything a run needs; built once, validated on construction. A field declared with
+    `option` is a flag of every task's command too (gpucli/app/options.py reads them from here)."""
 
     task: str
     paths: tuple[str, ...] = ()
-    out: str = ""
-    model: str = ""
-    revision: str = ""  # a Hugging Face branch, tag or commit of --model ("" = the default branch)
-    devices: str = "auto"
-    workers_per_device: int = 0  # 0 = one per device; on a CPU-only host the task's choice (Task.cpu_workers)
-    batch_size: int = 0  # 0 = the task's default
-    max_batch_cost: int = -1  # -1 = the task's default, 0 = no cap
-    max_wait_ms: float = 10.0
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    max_file_mb: float = 0.0  # 0 = the task's cap (text 64 MB: tokenizing needs memory per MB)
-    incremental: bool = True
-    prune: bool = False
-    prune_all: bool = False  # --prune even when it would empty the output or a root is empty; implies prune
-    json: bool = False
-    quiet: bool = False
-    progress: str = "auto"
-    dtype: str = "auto"
-    engine: str = "local"
-    ray_address: str = ""
-    state_dir: str = ""  # where a Qdrant server output keeps its ledger ("" = $XDG_STATE_HOME/gpucli)
-    queue_items: int = 0  # 0 = the task's default (bounded by memory per item)
-    read_chunk_files: int = 0  # 0 = the task's default
-    read_chunks_in_flight: int = 8
-    read_processes: int = -1  # reader processes; 0 = read in threads; -1 = the task's choice for the cores
-    part_rows: int = 10_000  # rows per part; also the writer's buffer, so it bounds memory
+    out: str = option("", "--out", "-o", panel=Panel.OUTPUT, metavar="PATH|URL", help=(
+        "Output: DIR.parquet (dataset directory, default TASK.parquet), FILE.jsonl, or a sink URL (see README)."))
+    model: str = option("", "--model", "-m", panel=Panel.MODEL, help=(
+        "Model alias (see `gpucli models`), local directory, or Hugging Face id."))
+    revision: str = option("", "--revision", panel=Panel.MODEL, help=(  # "" = the default branch
+        "Branch, tag or commit of a Hugging Face --model (default: its main branch)."))
+    devices: str = option("auto", "--devices", "-d", panel=Panel.PERFORMANCE, help=(
+        "auto (every visible GPU, else CPU) | cpu | cuda | cuda:0,1."))
+    # 0 = one per device; on a CPU-only host the task's choice (Task.cpu_workers)
+    workers_per_device: int = option(0, "--workers-per-device", panel=Panel.PERFORMANCE, check=lambda v: v >= 0,
+                                     must="--workers-per-device must be 1 or more (or 0: the default)", help=(
+        "Worker processes per device (default: 1 per GPU; on a CPU-only host the task's choice: embed, and "
+        "classify on torch, run a worker per core, up to 4, that share the cores' threads)."))
+    batch_size: int = option(0, "--batch-size", "-b", panel=Panel.PERFORMANCE, check=lambda v: v >= 0,
+                             must="--batch-size must be positive", help=(  # 0 = the task's default
+        "Most items per batch (default: per task, smaller on CPU)."))
+    max_batch_cost: int = option(-1, "--max-batch-cost", panel=Panel.PERFORMANCE, check=lambda v: v >= -1,
+                                 must="--max-batch-cost must be 0 (no cap) or positive", help=(  # -1 = the task's
+        "Most cost per batch: tokens, pixels or audio units (default: per task, smaller on CPU; 0 = no cap)."))
+    max_wait_ms: float = option(10.0, "--max-wait-ms", panel=Panel.PERFORMANCE, check=lambda v: v >= 0,
+                                must="--max-wait-ms must be 0 or positive", help=(
+        "Longest wait to fill a batch after its first item (default: 10)."))
+    include: tuple[str, ...] = option((), "--include", panel=Panel.INPUT, help=(
+        "Glob of files to read, instead of the task's suffixes (repeatable)."))
+    exclude: tuple[str, ...] = option((), "--exclude", panel=Panel.INPUT, help=(
+        "Glob of files to leave out (repeatable)."))
+    max_file_mb: float = option(0.0, "--max-file-mb", panel=Panel.INPUT, check=lambda v: v >= 0,
+                                must="--max-file-mb must be positive", help=(  # 0 = the task's cap
+        "Larger files become failure records (default: 64 for text, whose tokenizing needs memory per MB; 512 "
+        "for images and audio)."))
+    limit: int = option(0, "--limit", panel=Panel.INPUT, check=lambda v: v >= 0,
+                        must="--limit must be 0 (no limit) or positive", help=(
+        "Take at most N inputs from the walk (a quick trial; a limited run prunes nothing)."))
+    dry_run: bool = option(False, "--dry-run", panel=Panel.OUTPUT, help=(
+        "Walk and filter, then print one JSON line per input saying what a run would do (run, unchanged, prune, "
+        "fail); loads no model, writes nothing."))
+    fail_on: str = option("new", "--fail-on", panel=Panel.INCREMENTAL, choices=("new", "any", "never"), help=(
+        "Which failed inputs make the exit code 1: new (default: inputs that had not already failed unchanged), "
+        "any, or never. Known failures stay in the failures file either way."))
+    allow_empty: bool = option(False, "--allow-empty", panel=Panel.INCREMENTAL, help=(  # no input: exit 0, not 3
+        "A run that finds no input exits 0, not 3 (an empty or unmounted directory looks like that)."))
+    setup_timeout_s: float = option(900.0, "--setup-timeout-s", panel=Panel.ADVANCED, check=lambda v: v > 0,
+                                    must="--setup-timeout-s must be positive", help=(
+        "A worker still loading its model after this is restarted, within the restart budget (default: 900)."))
+    batch_timeout_s: float = option(600.0, "--batch-timeout-s", panel=Panel.ADVANCED, check=lambda v: v > 0,
+                                    must="--batch-timeout-s must be positive", help=(
+        "A worker stuck longer on one batch is restarted and the batch retried (default: 600)."))
+    dtype: str = option("auto", "--dtype", panel=Panel.MODEL, choices=DTYPES, help=(
+        "auto | float32 | float16 | bfloat16 (auto: float16 on GPU, float32 on CPU)."))
+    progress: str = option("auto", "--progress", panel=Panel.OUTPUT, choices=PROGRESS_MODES, help=(
+        "auto | rich | plain | off (auto: bars on a terminal, lines in logs)."))
+    quiet: bool = option(False, "--quiet", "-q", panel=Panel.OUTPUT, help="No progress and no summary on stderr.")
+    json: bool = option(False, "--json", panel=Panel.OUTPUT, help=(
+        "Print the run summary as one JSON object on stdout at the end."))
+    prune: bool = option(False, "--prune", panel=Panel.INCREMENTAL, help=(
+        "Remove the rows of inputs that no longer exist (incremental runs)."))
+    prune_all: bool = option(False, "--prune-all", panel=Panel.INCREMENTAL, help=(  # implies prune
+        "--prune, even when it would remove every row of the output or a root is empty (refused otherwise, "
+        "exit 3)."))
+    engine: str = option("local", "--engine", panel=Panel.ENGINE, choices=ENGINE_NAMES, help=(
+        "local | ray (default: local). ray needs: pip install 'gpucli[ray]'."))
+    ray_address: str = option("", "--ray-address", panel=Panel.ENGINE, help=(
+        "Ray cluster address for --engine ray (default: RAY_ADDRESS, else a private local Ray)."))
+    state_dir: str = option("", "--state-dir", panel=Panel.INCREMENTAL, metavar="PATH", help=(
+        "Where a Qdrant server output keeps its ledger, lock and failures file: DIR/qdrant/HOST_PORT/COLLECTION "
+        "(default: $XDG_STATE_HOME/gpucli, else ~/.local/state/gpucli). Other outputs keep them beside "
+        "themselves."))
+    # --from: texts from the rows of a table instead of files (gpucli/inputs/tables.py)
+    from_table: str = option("", "--from", panel=Panel.INPUT, metavar="PATH", tables=True, help=(
+        "Embed the rows of a table (.parquet, .csv or .jsonl) instead of files: one input per row, rows keyed by "
+        "--id-column, no PATH arguments."))
+    text_column: str = option("text", "--text-column", panel=Panel.INPUT, tables=True, help=(
+        "With --from: the column holding each record's text (default: text)."))
+    id_column: str = option("id", "--id-column", panel=Panel.INPUT, tables=True, help=(
+        "With --from: the column holding each record's unique id (default: id)."))
+    incremental: bool = True  # --incremental/--full (gpucli/app/options.py)
+    queue_items: int = setting(0, lambda v: v >= 0, "queue and read sizes must be positive")  # 0 = the task's
+    read_chunk_files: int = setting(0, lambda v: v >= 0, "queue and read sizes must be positive")  # 0 = the task's
+    read_chunks_in_flight: int = setting(8, lambda v: v >= 1, "queue and read sizes must be positive")
+    # reader processes; 0 = read in threads; -1 = the task's choice for the cores
+    read_processes: int = -1
+    # rows per part; also the writer's buffer, so it bounds memory
+    part_rows: int = setting(10_000, lambda v: v >= 1, "part_rows must be positive")
     flush_s: float = 30.0
-    batch_timeout_s: float = 600.0
-    limit: int = 0  # at most this many inputs from the walk (0 = all); a limited run prunes nothing
-    dry_run: bool = False  # walk, filter and say per input what a run would do; no model, no writes
-    fail_on: str = "new"  # which failed inputs make the exit code 1: new | any | never
-    allow_empty: bool = False  # a run that finds no input at all exits 0 instead of 3
-    setup_timeout_s: float = 900.0  # a worker still loading its model after this is killed (a death)
-    max_restarts: int = 16
-    from_table: str = ""  # --from: texts from the rows of a table instead of files (gpucli/inputs/tables.py)
-    text_column: str = "text"
-    id_column: str = "id"
+    max_restarts: int = setting(16, lambda v: v >= 0, "max_restarts must be 0 or positive")
     task_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -94,22 +169,12 @@ class RunConfig:
                    "--text-column and --id-column must name two different columns")
         if not self.paths:
             raise UsageError("give at least one file or directory to read (or --from TABLE)")
-        one_of("--progress", self.progress, PROGRESS_MODES)
-        one_of("--dtype", self.dtype, DTYPES)
-        one_of("--engine", self.engine, ENGINE_NAMES)
-        _check(self.workers_per_device >= 0, "--workers-per-device must be 1 or more (or 0: the default)")
-        _check(self.batch_size >= 0, "--batch-size must be positive")
-        _check(self.max_batch_cost >= -1, "--max-batch-cost must be 0 (no cap) or positive")
-        _check(self.max_wait_ms >= 0, "--max-wait-ms must be 0 or positive")
-        _check(self.max_file_mb >= 0, "--max-file-mb must be positive")
-        _check(self.queue_items >= 0 and self.read_chunk_files >= 0 and self.read_chunks_in_flight >= 1,
-               "queue and read sizes must be positive")
-        _check(self.part_rows >= 1, "part_rows must be positive")
-        _check(self.batch_timeout_s > 0, "--batch-timeout-s must be positive")
-        _check(self.setup_timeout_s > 0, "--setup-timeout-s must be positive")
-        one_of("--fail-on", self.fail_on, ("new", "any", "never"))
-        _check(self.limit >= 0, "--limit must be 0 (no limit) or positive")
-        _check(self.max_restarts >= 0, "max_restarts must be 0 or positive")
+        for f in dataclasses.fields(self):
+            value, declared = getattr(self, f.name), f.metadata
+            if declared.get("choices"):
+                one_of(declared["flags"][0], value, declared["choices"])
+            elif declared.get("check") is not None:
+                _check(declared["check"](value), declared["must"])
 
 
 def one_of(flag: str, value: str, choices: tuple[str, ...]) -> None:
@@ -233,14 +298,17 @@ def check_env_names(known: Mapping[str, Any], environ: Mapping[str, str],
 
 
 def field_types(cls: type) -> dict[str, type]:
-    hints = {}
+    """Each field's type as a flag, a TOML key or a variable takes it (`X | None` -> X), resolved
+    from the dataclass's annotations (strings under `from __future__ import annotations`)."""
+    hints = typing.get_type_hints(cls)
+    kinds = {}
     for f in dataclasses.fields(cls):
-        kind = f.type if not isinstance(f.type, str) else eval(f.type, vars(__import__("typing")), {"tuple": tuple})
+        kind = hints[f.name]
         args = get_args(kind)
         if args and type(None) in args:  # X | None
             kind = next(a for a in args if a is not type(None))
-        hints[f.name] = kind
-    return hints
+        kinds[f.name] = kind
+    return kinds
 
 
 RUN_TYPES = {name: kind for name, kind in field_types(RunConfig).items() if name in RUN_FIELDS}

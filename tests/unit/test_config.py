@@ -78,3 +78,41 @@ def test_a_gpucli_variable_typo_says_did_you_mean_and_others_are_left_alone():
         build_config("embed", EmbedOptions, {"paths": (".",)}, None, environ={"GPUCLI_BATCHSIZE": "3"})
     quiet = {"GPUCLI_DEBUG": "1", "GPUCLI_QDRANT_RETRIES": "2", "GPUCLI_SOMETHING_ELSE": "x"}
     assert build_config("embed", EmbedOptions, {"paths": (".",)}, None, environ=quiet).batch_size == 0
+
+
+def test_a_common_option_is_one_field_that_every_command_takes_as_a_flag():
+    """Declared once (core/config.py `option`): its flag, help and panel come from the field."""
+    import dataclasses
+
+    from gpucli.app.options import task_parameters
+    from gpucli.core.config import RunConfig
+    from gpucli.tasks import all_tasks
+
+    declared = [f for f in dataclasses.fields(RunConfig) if f.metadata.get("flags")]
+    assert {"out", "batch_size", "engine", "from_table"} <= {f.name for f in declared}
+    for task in all_tasks().values():
+        taken = {p.name: p for p in task_parameters(task)}
+        for f in declared:
+            if f.metadata["tables"] and not getattr(task, "reads_tables", False):
+                assert f.name not in taken
+                continue
+            typer_option = taken[f.name].annotation.__metadata__[0]
+            flags = (typer_option.default, *typer_option.param_decls)
+            assert f.metadata["flags"][0] in flags and typer_option.rich_help_panel == f.metadata["panel"].value
+
+
+@pytest.mark.parametrize("name", ["workers_per_device", "batch_size", "max_batch_cost", "max_wait_ms", "max_file_mb",
+                                  "limit", "fail_on", "setup_timeout_s", "batch_timeout_s", "dtype", "progress",
+                                  "engine", "queue_items", "read_chunks_in_flight", "part_rows", "max_restarts"])
+def test_each_checked_setting_refuses_a_bad_value_with_its_own_message(name):
+    import dataclasses
+
+    from gpucli.core.config import RunConfig
+
+    field = next(f for f in dataclasses.fields(RunConfig) if f.name == name)
+    bad = "sometimes" if isinstance(field.default, str) else -5
+    with pytest.raises(UsageError) as refused:
+        RunConfig(task="embed", paths=("x",), **{name: bad})
+    choices = field.metadata.get("choices")
+    expected = f"{field.metadata['flags'][0]} must be one of {', '.join(choices)}" if choices else field.metadata["must"]
+    assert str(refused.value) == expected and expected
