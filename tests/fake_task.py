@@ -36,6 +36,7 @@ class FakeOptions:
     setup_sleep_s: float = 0.0  # a model that takes this long to load (a hang, when long)
     ready_marker: str = ""  # a file setup writes when it starts loading
     read_waits_for: str = ""  # prepare waits (up to 20 s) for this file, then fails the input
+    predict_waits_for: str = ""  # predict waits (up to 120 s, a hang guard) for this file
     slow_node: str = ""  # on the Ray node started with GPUCLI_TEST_NODE=<this> (tests/ray_cluster.py) ...
     slow_node_ms: float = 0.0  # ... every batch sleeps this much longer
     dedup: bool = False  # identical content once (gpucli/output/dedup.py), as embed's --dedup
@@ -117,6 +118,8 @@ class FakeTask(Task):
             time.sleep(3600)
         if self.options.sleep_ms:
             time.sleep(self.options.sleep_ms / 1000)
+        if self.options.predict_waits_for:
+            _wait_for(self.options.predict_waits_for, 120.0)
         if self.options.slow_node and os.environ.get("GPUCLI_TEST_NODE") == self.options.slow_node:
             time.sleep(self.options.slow_node_ms / 1000)
         out = []

@@ -3,7 +3,7 @@
     connection.py  join a cluster or start a private local Ray; Ray Data settings and retries
     planning.py    how many actors, with what resources
     actors.py      the reader and predictor stages and the rows between them
-    readiness.py   how predictor actors tell the driver they loaded the model (--setup-timeout-s)
+    readiness.py   how the driver learns a predictor actor loaded the model (--setup-timeout-s)
     driver.py      the walk, and the results fed to the core's Accounts (`run`)
 """
 

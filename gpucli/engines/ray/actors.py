@@ -99,7 +99,7 @@ def from_source_rows(rows: list[dict[str, Any]]) -> tuple[list[Source], dict[str
 def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: int, caps: BatchCaps,
             chunk_files: int, window_items: int, alone: bool, batch_timeout_s: float = 0.0, run_id: str = ""):
     """Source rows -> readers (`chunk_files` a call) -> predictors (a window of chunks a call).
-    `run_id`: where predictors mark the model loaded (readiness.py).
+    `run_id`: the run whose readiness key predictors delete once loaded (readiness.py).
     `alone`: each input in Ray tasks of its own (the model loads per file: for the few files of
     dropped batches); tasks, not actors, so that a crash takes down that file's task only,
     whatever the Ray version does with the calls queued on a restarting actor."""

@@ -40,7 +40,7 @@ from gpucli.output.writer import part_due
 from .actors import RowKind, dataset, source_row
 from .connection import connect, data_context, first_line, joined, nothing
 from .planning import Plan, make_plan, placeable
-from .readiness import forget, loaded, new_run_id
+from .readiness import close_run, loaded, new_run_id, open_run
 
 LIST_CHUNK = 1000  # walk entries per ledger lookup and per --prune `seen` call
 WATCH_S = 2.0  # how often the driver looks at the cluster's nodes
@@ -267,12 +267,14 @@ class NodeWatch:
         self.reason = ""
         self.setup_failed = False
         self.loaded = False  # set by the watch from the actors' mark, or by the driver at its first row
+        self.keyed = False  # the run's readiness key is in Ray's store (readiness.open_run)
         self._started = time.monotonic()
         self._stop = threading.Event()
         self._signal_lock = threading.Lock()  # no signal once the driver left the watched passes
         self._thread = threading.Thread(target=self._loop, name="gpucli-ray-watch", daemon=True)
 
     def __enter__(self) -> NodeWatch:
+        self.keyed = bool(self.run_id) and open_run(self.run_id)  # before any actor of the run exists
         self._thread.start()
         return self
 
@@ -280,8 +282,8 @@ class NodeWatch:
         with self._signal_lock:
             self._stop.set()
         self._thread.join(timeout=WATCH_S * 2)
-        if self.run_id:
-            forget(self.run_id)
+        if self.keyed:
+            close_run(self.run_id)
 
     def error(self) -> Exception:
         return WorkerSetupError(self.reason) if self.setup_failed else RunFailedError(
@@ -290,8 +292,8 @@ class NodeWatch:
     def _loop(self) -> None:
         misses = 0
         while not self._stop.wait(min(WATCH_S, self.setup_timeout_s / 4)):
-            self.loaded = self.loaded or bool(self.run_id and loaded(self.run_id))
-            if not self.loaded and time.monotonic() - self._started > self.setup_timeout_s:
+            self.loaded = self.loaded or (self.keyed and loaded(self.run_id))
+            if self._elapsed() > self.setup_timeout_s and not self.loaded:
                 self.setup_failed = True
                 self._stop_driver(f"no Ray actor loaded the model within {self.setup_timeout_s:g}s "
                                   "(--setup-timeout-s; on Ray counted from the start of the actor pool)")
@@ -301,6 +303,10 @@ class NodeWatch:
                 self._stop_driver(f"no node of the Ray cluster can run the model any more (an actor needs "
                                   f"{self.plan.num_cpus:g} CPU, {self.plan.num_gpus:g} GPU; see `ray status`)")
                 return
+
+    def _elapsed(self) -> float:
+        """Seconds since the actor pool started: the setup timeout's clock."""
+        return time.monotonic() - self._started
 
     def _unplaceable(self) -> bool:
         import ray
