@@ -560,6 +560,7 @@ def test_funasr_model_dir_whose_config_asks_for_remote_code_is_refused(tmp_path,
     model = _remote_code_model(tmp_path / "m", config, tmp_path / "ran")
     with pytest.raises(UsageError, match="asks to run its own code .* never runs code from a model directory"):
         funasr.check_model_dir(str(model))
+    assert not (tmp_path / "ran").exists(), "the check imported model.py"
 
 
 def test_funasr_configuration_json_and_the_config_it_names_are_checked_too(tmp_path):
@@ -570,6 +571,7 @@ def test_funasr_configuration_json_and_the_config_it_names_are_checked_too(tmp_p
     (model / "configuration.json").write_text(json.dumps({"file_path_metas": {"config": "inner.yaml"}}))
     with pytest.raises(UsageError, match=r"trust_remote_code in inner\.yaml"):
         funasr.check_model_dir(str(model))
+    assert not (tmp_path / "ran").exists(), "the check imported model.py"
 
 
 def test_funasr_model_dir_without_remote_code_passes_the_check(tmp_path):
@@ -578,6 +580,7 @@ def test_funasr_model_dir_without_remote_code_passes_the_check(tmp_path):
     model = _remote_code_model(tmp_path / "m", {"model": "Paraformer", "trust_remote_code": False},
                                tmp_path / "ran")
     funasr.check_model_dir(str(model))
+    assert not (tmp_path / "ran").exists(), "the check imported model.py"
 
 
 @needs_funasr
@@ -636,7 +639,6 @@ def test_funasr_checkpoint_holding_a_pickled_object_is_refused_by_weights_only(t
 
 @pytest.mark.model
 def test_cli_end_to_end(tmp_path):
-    pytest.importorskip("gpucli.engines.local.pipeline")
     pairs = samples()
     root = tmp_path / "in"
     (root / "sub").mkdir(parents=True)
