@@ -117,7 +117,7 @@ def span(owner: type, attr: str, name: str) -> None:
 def main() -> None:
     out, argv = sys.argv[1], sys.argv[2:]
     import gpucli.app.cli as cli
-    import gpucli.engines.job  # noqa: F401 - where the pool is built: hook it there too
+    import gpucli.engines.job  # where the pool is built: hook it there too
     import gpucli.engines.local.pipeline  # noqa: F401
 
     mark("imported")

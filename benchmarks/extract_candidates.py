@@ -52,7 +52,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.doc_corpus import DEFAULT_CACHE, load  # noqa: E402
+from benchmarks.doc_corpus import DEFAULT_CACHE, load
 
 BENCH_PACKAGES = "pypdfium2 pypdf pdfminer.six selectolax trafilatura html-text inscriptis lxml"
 WORD = re.compile(r"[^\W_]+")

@@ -64,7 +64,7 @@ def exit_codes() -> Iterator[None]:
     except BrokenPipeError:  # `gpucli search ... | head`: the reader left; not a bug
         _silence_stdout()
         raise typer.Exit(EXIT_BROKEN_PIPE) from None
-    except Exception as exc:  # noqa: BLE001 - the boundary: a bug becomes exit 3, not a traceback in a log
+    except Exception as exc:  # the boundary: a bug becomes exit 3, not a traceback in a log
         if debug:
             raise
         error(f"internal error: {internal_message(exc)} (a bug in gpucli; rerun with GPUCLI_DEBUG=1 "

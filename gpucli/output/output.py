@@ -329,7 +329,7 @@ def _option_defaults(task: Any) -> dict[str, Any]:
         from gpucli.tasks import get_task
 
         return dataclasses.asdict(get_task(str(task)).Options())
-    except Exception:  # a task that cannot be built without options: the migration tries every subset
+    except Exception:  # noqa: BLE001 - a task that cannot be built without options: the migration tries every subset
         return {}
 
 

@@ -23,11 +23,11 @@ from typer.testing import CliRunner
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from gpucli.app.cli import app  # noqa: E402
-from gpucli.core.errors import RunFailedError  # noqa: E402
-from gpucli.inputs.stores import retry, roots  # noqa: E402
-from tests.helpers import SAMPLE, read_rows, run_fake, run_with  # noqa: E402
-from tests.s3_server import SECRET, S3Server, use_server  # noqa: E402
+from gpucli.app.cli import app
+from gpucli.core.errors import RunFailedError
+from gpucli.inputs.stores import retry, roots
+from tests.helpers import SAMPLE, read_rows, run_fake, run_with
+from tests.s3_server import SECRET, S3Server, use_server
 
 TEXTS = {"a.txt": "alpha beta gamma\nsecond line here\n", "b.txt": "one two three four\n",
          "sub/c.txt": "deep in a prefix\n", "sub/d.txt": "another one\nand more words\n",

@@ -21,12 +21,12 @@ pytest.importorskip("gcsfs")
 pytest.importorskip("adlfs")
 pytest.importorskip("gcp_storage_emulator")
 
-from gpucli.app.cli import app  # noqa: E402
-from gpucli.core.errors import RunFailedError, UsageError  # noqa: E402
-from gpucli.inputs.stores import retry, roots  # noqa: E402
-from tests.fake_task import FAKE  # noqa: E402
-from tests.helpers import read_rows, run_fake, run_with, write_tree  # noqa: E402
-from tests.store_emulators import (  # noqa: E402
+from gpucli.app.cli import app
+from gpucli.core.errors import RunFailedError, UsageError
+from gpucli.inputs.stores import retry, roots
+from tests.fake_task import FAKE
+from tests.helpers import read_rows, run_fake, run_with, write_tree
+from tests.store_emulators import (
     AzuriteServer,
     GcsEmulator,
     azurite_binary,

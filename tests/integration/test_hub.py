@@ -214,10 +214,10 @@ class FakeHub:
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 hub.serve(self, body=True)
 
-            def do_HEAD(self) -> None:  # noqa: N802
+            def do_HEAD(self) -> None:
                 hub.serve(self, body=False)
 
             def log_message(self, *args) -> None:

@@ -75,7 +75,7 @@ def test_names_that_are_not_utf8_and_other_odd_names_are_inputs_and_rerun_unchan
     assert sorted(r["path"] for r in rows(out)) == good
 
 
-def test_the_ray_engine_reads_names_that_are_not_utf8(ray_session, tmp_path):  # noqa: F811 - the fixture
+def test_the_ray_engine_reads_names_that_are_not_utf8(ray_session, tmp_path):
     from tests.helpers import run_with
 
     root = tmp_path / "in"

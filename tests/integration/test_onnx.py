@@ -19,14 +19,14 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from gpucli.core.errors import UsageError  # noqa: E402
-from gpucli.models.backends import onnx_available, worker_threads  # noqa: E402
-from gpucli.models.backends.onnx import cache as oc  # noqa: E402
-from gpucli.models.backends.onnx import export as ox  # noqa: E402
-from gpucli.models.backends.onnx import image as oi  # noqa: E402
-from gpucli.models.backends.onnx import quantize as oq  # noqa: E402
-from gpucli.models.backends.onnx import runners as ob  # noqa: E402
-from gpucli.models.backends.onnx import session as onnx_session  # noqa: E402
+from gpucli.core.errors import UsageError
+from gpucli.models.backends import onnx_available, worker_threads
+from gpucli.models.backends.onnx import cache as oc
+from gpucli.models.backends.onnx import export as ox
+from gpucli.models.backends.onnx import image as oi
+from gpucli.models.backends.onnx import quantize as oq
+from gpucli.models.backends.onnx import runners as ob
+from gpucli.models.backends.onnx import session as onnx_session
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = sorted(p for p in (ROOT / "sample_data" / "images").iterdir() if p.suffix in (".jpg", ".png"))

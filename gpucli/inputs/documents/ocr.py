@@ -93,7 +93,7 @@ def ocr_image(data: bytes) -> list[str]:
 
     try:
         image = Image.open(io.BytesIO(data))
-    except Exception as error:  # Pillow's UnidentifiedImageError, or a broken header
+    except Exception as error:  # noqa: BLE001 - Pillow's UnidentifiedImageError, or a broken header
         raise InputError(Stage.DECODE, f"not a valid image file ({short_reason(error)})") from None
     frames = getattr(image, "n_frames", 1)
     if frames > MAX_FRAMES:

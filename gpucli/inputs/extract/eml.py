@@ -39,7 +39,7 @@ def _headers(message: EmailMessage) -> str:
 def _header(message: EmailMessage, name: str) -> str:
     try:
         value = message.get(name)
-    except Exception:  # a malformed address header can fail to parse: leave it out
+    except Exception:  # noqa: BLE001 - a malformed address header can fail to parse: leave it out
         return ""
     return " ".join(str(value).split()) if value is not None else ""
 

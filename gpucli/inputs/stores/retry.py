@@ -80,7 +80,7 @@ async def retrying(call: Callable[[], Awaitable[T]], policy: RetryPolicy | None 
     for attempt in range(policy.attempts):
         try:
             return await call()
-        except Exception as exc:  # noqa: BLE001 - classified, and raised again unless transient
+        except Exception as exc:  # classified, and raised again unless transient
             if classify(exc) is not ErrorKind.TRANSIENT:
                 raise
             if attempt == policy.attempts - 1:

@@ -76,7 +76,7 @@ def open_image(data: bytes, draft: tuple[int, int] | None = None) -> Image.Image
         raise InputError(Stage.DECODE, _not_an_image(data)) from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise InputError(Stage.DECODE, f"decompression bomb refused: {exc}") from None
-    except Exception as exc:  # Pillow raises OSError, SyntaxError, ValueError, EOFError... on bad bytes
+    except Exception as exc:  # noqa: BLE001 - Pillow raises OSError, SyntaxError, ValueError, EOFError... on bad bytes
         raise InputError(Stage.DECODE, f"{type(exc).__name__}: {exc}") from None
 
 
@@ -110,7 +110,7 @@ def _exif_transpose(im: Image.Image) -> Image.Image:
 
     try:
         return ImageOps.exif_transpose(im) or im
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever a broken EXIF block raises, the image stands as stored
         return im
 
 
