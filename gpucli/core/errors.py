@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpucli.core.stages import Stage
 
 EXIT_OK = 0
@@ -63,7 +65,7 @@ class OutputError(RunFailedError):
 
     def __init__(self, path: str, cause: str, hint: str = "") -> None:
         self.path, self.cause, self.hint = str(path), cause, hint
-        self.summary = None
+        self.summary: Any = None  # a RunSummary (core/summary.py)
         super().__init__(f"{self.path}: {cause}" + (f"; {hint}" if hint else ""))
 
     @property

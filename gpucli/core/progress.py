@@ -344,13 +344,12 @@ def _bars(console: Any, layout: Layout) -> Any:
     from rich.progress import Progress as Bars
     from rich.table import Column
 
-    fixed = {"no_wrap": True}
-    columns = [SpinnerColumn(table_column=Column(**fixed)),
-               TextColumn("[bold]{task.description}", table_column=Column(**fixed)),
-               BarColumn(bar_width=layout.bar_width, table_column=Column(**fixed)),
-               MofNCompleteColumn(table_column=Column(**fixed))]
-    columns += [TimeElapsedColumn(table_column=Column(**fixed)),
-                TextColumn("[cyan]{task.fields[eta]}", table_column=Column(**fixed)),  # Speed's ETA, as the lines
+    columns = [SpinnerColumn(table_column=Column(no_wrap=True)),
+               TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True)),
+               BarColumn(bar_width=layout.bar_width, table_column=Column(no_wrap=True)),
+               MofNCompleteColumn(table_column=Column(no_wrap=True))]
+    columns += [TimeElapsedColumn(table_column=Column(no_wrap=True)),
+                TextColumn("[cyan]{task.fields[eta]}", table_column=Column(no_wrap=True)),  # Speed's ETA, as the lines
                 TextColumn("{task.fields[detail]}",  # markup: detail() escapes what it puts in
                            table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis", min_width=0))]
     return Bars(*columns, console=console, transient=False, refresh_per_second=4, expand=True)

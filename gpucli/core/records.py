@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +90,7 @@ class Ragged:
                       np.concatenate([p.starts + shift for p, shift in zip(parts, shifts)]),
                       np.concatenate([p.lengths for p in parts]))
 
-    def padded(self, pad: int, prefix: list[int] = (), suffix: list[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+    def padded(self, pad: int, prefix: Sequence[int] = (), suffix: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
         """(ids, mask) as int64 matrices, each row prefix + its values + suffix, right-padded;
         built without a loop over rows."""
         rows = self.compact()
@@ -147,6 +148,7 @@ class Items:
         if len(blocks) == 1:
             return blocks[0]
         payloads = [b.payload for b in blocks]
+        payload: Any
         if any(p is None for p in payloads):  # batches whose payloads are in a worker
             payload = None
         elif isinstance(payloads[0], Ragged):
@@ -330,7 +332,7 @@ def rows_to_table(rows: list[dict[str, Any]], schema: Any) -> Any:
         return schema.empty_table()
     columns = []
     for column_field in schema:
-        values = [row.get(column_field.name) for row in rows]
+        values: list[Any] = [row.get(column_field.name) for row in rows]
         if pa.types.is_fixed_size_list(column_field.type):
             flat = np.asarray(np.stack(values), dtype=column_field.type.value_type.to_pandas_dtype()).ravel()
             columns.append(pa.FixedSizeListArray.from_arrays(pa.array(flat), column_field.type.list_size))

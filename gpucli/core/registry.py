@@ -11,7 +11,7 @@ import pkgutil
 from types import ModuleType
 from typing import TypeVar
 
-T = TypeVar("T", bound=type)
+T = TypeVar("T")
 
 
 def members(package: ModuleType) -> list[str]:
@@ -20,16 +20,16 @@ def members(package: ModuleType) -> list[str]:
                   if not info.name.startswith("_") and info.name != "base")
 
 
-def entries_of(module_name: str, base: T) -> list[T]:
+def entries_of(module_name: str, base: type[T]) -> list[type[T]]:
     """The entries one module (or subpackage) holds: subclasses of `base` with a `name`, defined
     in it or in a module below it and named at its top (an import of another package's class
     is not an entry of this one)."""
     module = importlib.import_module(module_name)
     return [obj for obj in vars(module).values()
-            if isinstance(obj, type) and issubclass(obj, base) and obj is not base and getattr(obj, "name", "")
+            if isinstance(obj, type) and issubclass(obj, base) and obj is not base and getattr(obj, "name", None)
             and (obj.__module__ == module_name or obj.__module__.startswith(module_name + "."))]
 
 
-def discover(package: ModuleType, base: T) -> list[T]:
+def discover(package: ModuleType, base: type[T]) -> list[type[T]]:
     """Every entry of every member of `package`, members in name order."""
     return [entry for name in members(package) for entry in entries_of(f"{package.__name__}.{name}", base)]

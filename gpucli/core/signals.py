@@ -116,7 +116,7 @@ class DriverStops:
             yield
             return
         outer = not self._installed
-        previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+        previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
         self._installed += 1
         try:
             for sig in STOP_SIGNALS:
@@ -146,7 +146,9 @@ class DriverStops:
         """Interrupts the main thread from another one. A real signal: `_thread.interrupt_main`
         only sets a flag, which a main thread blocked on Ray Data's result queue never reads."""
         self._woken = True
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        main = threading.main_thread().ident
+        if main is not None:  # always, once the program runs
+            signal.pthread_kill(main, signal.SIGINT)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGINT and self._woken:

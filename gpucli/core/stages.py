@@ -21,7 +21,7 @@ class Stage(str, enum.Enum):
     SKIP = "skip"  # not a failure: passed over on purpose (an output of gpucli's own, a link loop)
 
     __str__ = str.__str__  # "decode", not "Stage.DECODE", in messages and f-strings
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # str's, on purpose: the value, not the member
 
 
 class SkipReason(str, enum.Enum):
@@ -35,4 +35,4 @@ class SkipReason(str, enum.Enum):
     UNCHANGED = "unchanged since the last run"  # done by an earlier run (incremental)
 
     __str__ = str.__str__
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # str's, on purpose: the value, not the member

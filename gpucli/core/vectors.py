@@ -205,11 +205,13 @@ class Reading:
             int8_json = (field.metadata or {}).get(INT8_KEY.encode(), int8_json)
         if vector_type == "int8" and not int8_json:
             raise ValueError("an int8 output without its calibration (gpucli.int8 in the embedding field's metadata)")
-        return cls(vector_type, dims, Int8Scale.from_json(int8_json) if vector_type == "int8" else None)
+        return cls(vector_type, dims, Int8Scale.from_json(int8_json) if vector_type == "int8" and int8_json else None)
 
     def matrix(self, values: np.ndarray) -> np.ndarray:
         """Stored values [n, width] -> what scoring takes: float32 rows, or packed bits."""
         if self.vector_type == "int8":
+            if self.int8 is None:
+                raise ValueError("int8 vectors to read without their calibration. This is a bug.")
             return dequantize(values, self.int8)
         if self.vector_type == "binary":
             return np.asarray(values, np.uint8)
@@ -236,7 +238,7 @@ def flat_values(column: Any) -> np.ndarray:
     goes that way."""
     size = getattr(column.type, "list_size", None)  # only fixed-size lists have one
     values = column.values if size else None  # the whole child, whatever the column's own offset
-    if values is None or column.null_count or values.null_count:
+    if not size or values is None or column.null_count or values.null_count:
         return np.asarray(column.flatten().to_numpy(zero_copy_only=False))
     dtype = np.dtype(values.type.to_pandas_dtype())  # numpy's type for arrow's: no pandas involved
     first = values.offset + column.offset * size

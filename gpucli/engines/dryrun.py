@@ -49,6 +49,7 @@ def dry_run(config: RunConfig) -> RunSummary:
                 summary.skipped_by_reason[reason] = summary.skipped_by_reason.get(reason, 0) + 1
             continue
         source = found.source
+        assert source is not None, "a walk entry with neither a source nor a failure. This is a bug."
         seen.add(source.path)
         action, reason = _decision(known, source) if config.incremental else (Action.RUN, "--full")
         summary.unchanged += action is Action.UNCHANGED

@@ -109,21 +109,23 @@ class Job:
         roots = self.config.paths or ((self.config.from_table,) if self.config.from_table else ())
         metadata["gpucli.root"] = input_root(roots)  # descriptive: not part of the settings
         self.output.open(self.schema, metadata, settings)
-        self.summary.out, self.summary.failures_file = self.output.display, self.output.failures.path
+        failures = self.output.failures
+        assert failures is not None, "an output opened without its failures file. This is a bug."
+        self.summary.out, self.summary.failures_file = self.output.display, failures.path
         for notice in [*getattr(self.task, "notices", []), *getattr(self.output.sink, "notices", []),
                        *self.output.notices]:
             self.progress.log(f"note: {notice}")
         self.accounts = Accounts(self.task, self.output, self.summary, self.counts, self.schema,
-                                 dedup.InRun() if self.dedup else None)
+                                 dedup.InRun() if self.deduplicates else None)
 
     @property
-    def dedup(self) -> bool:
+    def deduplicates(self) -> bool:
         """Identical content embedded once (gpucli/output/dedup.py): the task's `dedup` option, locally."""
         return dedup.enabled(self.task.options, self.config.engine)
 
     def copies_from_output(self) -> dedup.FromOutput | None:
         """dedup.FromOutput for this run, or None (no dedup, or a sink that cannot read its rows back)."""
-        if not self.dedup or not self.output.sink.reads_back:
+        if not self.deduplicates or not self.output.sink.reads_back:
             return None
         return dedup.FromOutput(self.output.ledger, self.output.sink, self.accounts.row_schema)
 

@@ -171,6 +171,7 @@ async def read_chunks(
         """One chunk to a reader process (in the walk's thread); the loop awaits `finish`. The
         chunk counts as busy until its reader is done with it, whoever awaits it (a stopped run
         drops the chunks it handed over)."""
+        assert processes is not None, "a chunk handed to reader processes there are none of. This is a bug."
         busy.__enter__()
         try:
             known = lookup([s.path for s in sources]) if lookup else None
@@ -183,6 +184,7 @@ async def read_chunks(
         return sources, refused, large, future
 
     async def finish(sources: list[Source], refused: list[Failure], large: list[str], future: Any) -> ReadChunk:
+        assert processes is not None, "a chunk awaited from reader processes there are none of. This is a bug."
         chunk = await processes.result(future, sources)
         return await asyncio.to_thread(_ended, chunk, refused, large, attempts) if large \
             else _ended(chunk, refused, large, attempts)
@@ -195,13 +197,15 @@ async def read_chunks(
         """The next chunk of the walk: (its sources, the walk's failure records, whether the walk
         ended, the chunk handed to a reader process if there are any)."""
         nonlocal rest
-        sources, failures, size, weight = [], [], 0, 0
+        sources, failures, size, weight, ended = [], [], 0, 0, False
         while True:
             block, rest = rest, []
             if not block:
-                block = next(blocks, None)
-                if block is None:
+                walked = next(blocks, None)
+                if walked is None:
+                    ended = True
                     break
+                block = walked
             for i, entry in enumerate(block):
                 if isinstance(entry, Source):
                     sources.append(entry)
@@ -218,7 +222,7 @@ async def read_chunks(
         if seen is not None and (sources or failures):
             seen([s.path for s in sources] + [f.path for f in failures])
         handed = hand_over(sources) if processes is not None and sources else None
-        return sources, failures, block is None, handed
+        return sources, failures, ended, handed
 
     pending: set[Any] = set()
     done_walking = False
@@ -245,7 +249,7 @@ async def read_chunks(
 
 def _ended(chunk: ReadChunk, refused: list[Failure], large: list[str], attempts: Attempts | None) -> ReadChunk:
     """A read chunk with the large inputs refused before reading; their attempts are over."""
-    if large:
+    if large and attempts is not None:  # inputs are large only where attempts are recorded
         attempts.end(large)
     chunk.failures.extend(refused)
     chunk.found += len(refused)
@@ -277,7 +281,7 @@ def _guard_large(sources: list[Source], attempts: Attempts | None) -> tuple[list
     """(sources to read, failure records for large inputs that crashed their reader twice,
     paths of the large inputs now recorded)."""
     large = [s for s in sources if s.size > LARGE_INPUT_BYTES] if attempts is not None else []
-    if not large:
+    if not large or attempts is None:
         return sources, [], []
     earlier = attempts.begin(large)
     bad = {p for p, count in earlier.items() if count >= ATTEMPTS_BEFORE_REFUSING}

@@ -113,7 +113,9 @@ def _limited(blocks: Iterator[list[Source | Failure]], limit: int) -> Iterator[l
 def _in_blocks(found: Iterator[Found], size: int = BLOCK) -> Iterator[list[Source | Failure]]:
     block: list[Source | Failure] = []
     for item in found:
-        block.append(item.source if item.source is not None else item.failure)
+        entry = item.source if item.source is not None else item.failure
+        assert entry is not None, "a walk entry with neither a source nor a failure. This is a bug."
+        block.append(entry)
         if len(block) == size:
             yield block
             block = []

@@ -19,6 +19,7 @@ each in turn.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -109,7 +110,7 @@ class Accounts:
         self.states.expect(sources, block.source_ids)
 
     # --- from the models --------------------------------------------------------------------
-    def outputs_many(self, finished: list[tuple[Items, Any]]) -> None:
+    def outputs_many(self, finished: Sequence[tuple[Items, Any]]) -> None:
         """The outputs of several batches that came back together (RowMaker.made_many)."""
         for made in self.rows.made_many(finished):
             self._place(made)

@@ -9,6 +9,7 @@ input's state is the accounts' business (gpucli/output/accounts.py); nothing her
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ class RowMaker:
     def merges(self) -> bool:
         return bool(self.task.merges_rows)
 
-    def made_many(self, finished: list[tuple[Items, Any]]) -> list[Made]:
+    def made_many(self, finished: Sequence[tuple[Items, Any]]) -> list[Made]:
         """The outputs of several batches that came back together, as one block of rows (one
         Arrow table, not one per batch). Should the block's outputs not make rows together,
         each batch goes on its own, so that a bad output costs only its own batch's inputs."""

@@ -80,9 +80,15 @@ class Writer:
             await asyncio.sleep(0.02)
 
     @property
-    def task(self) -> asyncio.Task | None:
-        """The writer's loop: done early only when the sink or the ledger failed."""
+    def task(self) -> asyncio.Task:
+        """The writer's loop (once started): done early only when the sink or the ledger failed."""
+        if self._task is None:
+            raise RuntimeError("the writer's loop is asked for before it started. This is a bug.")
         return self._task
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None
 
     async def close(self) -> None:
         """Commit what is complete and pending, and stop; raises what the sink or ledger raised."""

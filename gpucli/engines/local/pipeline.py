@@ -22,6 +22,7 @@ import gc
 import os
 import signal
 import time
+from collections.abc import Callable
 
 from gpucli.core.config import RunConfig
 from gpucli.core.errors import EXIT_SIGINT, EXIT_SIGTERM, OutputError
@@ -36,6 +37,7 @@ from gpucli.engines.local.events import BatchesDone, BatchFailed, OutOfMemory, P
 from gpucli.engines.local.pool import WorkerPool
 from gpucli.engines.reader import read_chunks
 from gpucli.engines.recovery import OomHistory, after_oom
+from gpucli.output.dedup import Copied
 from gpucli.output.writer import Writer
 
 STOP_DEADLINE_S = 10.0  # from a signal to the exit, whatever is running
@@ -45,6 +47,21 @@ WRITE_MARGIN_S = 2.0  # of it, kept for writing the complete inputs and closing 
 def run(config: RunConfig, progress: Progress | None = None) -> RunSummary:
     """Run one job to the end (or to an interrupt) and return its summary."""
     return asyncio.run(Pipeline(config, progress).run())
+
+
+def build_stages(job: Job, devices: list[str], on_event: Callable[[PoolEvent], None],
+                 ) -> tuple[BlockQueue, Batcher, WorkerPool, Writer]:
+    """A run's stages, on the loop: the queue of read blocks, the batcher, the worker pool (its
+    events to `on_event`) and the writer, started (the first read chunk's failures and unchanged
+    inputs are recorded there)."""
+    config = job.config
+    queue = BlockQueue(config.queue_items or job.task_cls.queue_items)
+    batcher = Batcher(queue, job.caps, job.window_items, parallel=len(devices))
+    pool = WorkerPool(job.task, job.spec, devices, on_event, batch_timeout_s=config.batch_timeout_s,
+                      max_restarts=config.max_restarts, setup_timeout_s=config.setup_timeout_s)
+    writer = Writer(job.accounts, config.part_rows, config.flush_s)
+    writer.start()
+    return queue, batcher, pool, writer
 
 
 class Pipeline:
@@ -91,25 +108,20 @@ class Pipeline:
                                self.writer.seconds if self.writer else 0.0, error)
 
     async def _run_opened(self) -> None:
-        job, config = self.job, self.config
+        job = self.job
         devices = job.devices()
         job.use_devices(devices)
-        self.queue = BlockQueue(config.queue_items or job.task_cls.queue_items)
-        self.batcher = Batcher(self.queue, job.caps, job.window_items, parallel=len(devices))
-        self.pool = WorkerPool(job.task, job.spec, devices, self._on_pool_event,
-                               batch_timeout_s=config.batch_timeout_s, max_restarts=config.max_restarts,
-                               setup_timeout_s=config.setup_timeout_s)
+        queue, self.batcher, pool, writer = build_stages(job, devices, self._on_pool_event)
+        self.queue, self.pool, self.writer = queue, pool, writer
         self._oom = OomHistory(self.batcher.caps)  # out-of-memory errors lower the batcher's caps
-        self.writer = Writer(job.accounts, config.part_rows, config.flush_s)
-        self.writer.start()  # from the first read chunk: its failures and unchanged inputs are recorded there
         self.has_work = asyncio.Event()
-        ticker = asyncio.ensure_future(tick(self.progress, lambda: job.counts_now(self.queue.items,
-                                                                                  self.pool.in_flight_count())))
+        ticker = asyncio.ensure_future(tick(self.progress, lambda: job.counts_now(queue.items,
+                                                                                  pool.in_flight_count())))
         self.reader = asyncio.ensure_future(self._read(devices))  # reads while the workers load their models
         pruning_error = None
         try:
             if job.output.all_new():  # a first run: the models load while the tree is walked and read
-                self.pool.spawn()
+                pool.spawn()
             if await self._any_work():
                 await self._load_and_run(devices)
             elif not self.signal_received:
@@ -122,28 +134,35 @@ class Pipeline:
         if pruning_error is not None:  # only when nothing else went up: the first error is the run's
             raise pruning_error
 
+    def _built(self) -> tuple[WorkerPool, Writer, BlockQueue]:
+        """The stages `_run_opened` built, for the steps that run after it."""
+        assert self.pool is not None and self.writer is not None and self.queue is not None, "not built. A bug."
+        return self.pool, self.writer, self.queue
+
     async def _any_work(self) -> bool:
         """Wait for the first block (or the end of input): a cron rerun over an unchanged
         tree then finishes in the time of a walk, without loading a model."""
+        _, writer, _ = self._built()
         waiter = asyncio.ensure_future(self.has_work.wait())
         stop = asyncio.ensure_future(self.stop_event.wait())
-        await asyncio.wait({waiter, stop, self.reader, self.writer.task}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({waiter, stop, self.reader, writer.task}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
         stop.cancel()
-        for stage in (self.reader, self.writer.task):  # the writer: a failures file or ledger that failed
-            if stage.done() and not stage.cancelled() and stage.exception() is not None:
-                raise stage.exception()
+        for stage in (self.reader, writer.task):  # the writer: a failures file or ledger that failed
+            if stage.done() and not stage.cancelled() and (error := stage.exception()) is not None:
+                raise error
         return self.has_work.is_set() and not self.signal_received
 
     async def _load_and_run(self, devices: list[str]) -> None:
         where = ", ".join(sorted(set(devices)))
         self.job.counts.phase = f"loading the model in {len(devices)} worker(s) on {where}"
-        self.writer.warm()
-        if not self.pool.spawned:
-            self.pool.spawn()
-        dispatcher = asyncio.ensure_future(feed(self.pool, self.batcher, self.writer, self.config.part_rows,
+        pool, writer, _ = self._built()
+        writer.warm()
+        if not pool.spawned:
+            pool.spawn()
+        dispatcher = asyncio.ensure_future(feed(pool, self.batcher, writer, self.config.part_rows,
                                                 lambda: bool(self.signal_received)))  # fills the Pipes while they load
-        loading = asyncio.ensure_future(self.pool.start())
+        loading = asyncio.ensure_future(pool.start())
         stop = asyncio.ensure_future(self.stop_event.wait())
         try:
             await asyncio.wait({loading, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -160,12 +179,12 @@ class Pipeline:
     async def _run_stages(self, dispatcher: asyncio.Future) -> None:
         """Reader, dispatcher and writer run together; the first to fail stops the others
         (a sink that broke mid-run ends the run now, not after reading the whole tree)."""
-        stages = {self.reader, dispatcher, self.writer.task}
+        stages: set[asyncio.Future] = {self.reader, dispatcher, self._built()[1].task}
         while not dispatcher.done():
             done, _ = await asyncio.wait(stages, return_when=asyncio.FIRST_COMPLETED)
             for stage in done:
-                if not stage.cancelled() and stage.exception() is not None:
-                    raise stage.exception()
+                if not stage.cancelled() and (error := stage.exception()) is not None:
+                    raise error
             stages = {s for s in stages if not s.done()} or {dispatcher}
         await dispatcher
 
@@ -178,7 +197,7 @@ class Pipeline:
         try:
             if self.pool is not None:
                 await self.pool.stop(deadline)
-            if self.writer.task is not None:
+            if self.writer is not None and self.writer.started:
                 await self.writer.close()
             written = True
         except BaseException:
@@ -197,7 +216,7 @@ class Pipeline:
 
     # --- reader -----------------------------------------------------------------------------
     async def _read(self, devices: list[str]) -> None:
-        job = self.job
+        job, (_, writer, queue) = self.job, self._built()
         lookup = job.output.lookup()
         copies = job.copies_from_output()  # identical content embedded once: rows the output holds
         processes = job.reader_processes(devices)
@@ -206,14 +225,14 @@ class Pipeline:
             async for chunk in read_chunks(job.walk_blocks(), job.task, job.max_bytes, job.chunk_files,
                                            self.config.read_chunks_in_flight, lookup, job.seen(),
                                            job.clocks["read"], processes, job.attempts()):
-                copied = []
+                copied: list[Copied] = []
                 if copies is not None and chunk.sources:
                     chunk, copied = await asyncio.to_thread(copies.take, chunk)
                 block = job.accounts.read(chunk, copied)
-                self.writer.added()  # failures, unchanged inputs, copies' rows (they need no model)
+                writer.added()  # failures, unchanged inputs, copies' rows (they need no model)
                 if block is not None:
                     self.has_work.set()
-                    await self.queue.put(block)
+                    await queue.put(block)
                 if self.signal_received:
                     return
         finally:
@@ -226,20 +245,21 @@ class Pipeline:
         # output closes (a close beside a running prune left the ledger and the rows apart).
         self.pruning = asyncio.ensure_future(asyncio.to_thread(job.prune))
         await asyncio.shield(self.pruning)
-        await self.queue.put(END)
+        await queue.put(END)
 
     # --- dispatcher -------------------------------------------------------------------------
     # --- what the pool tells the run (called on the loop by the pool) -----------------------
     def _on_pool_event(self, event: PoolEvent) -> None:
+        pool, writer, _ = self._built()
         match event:
             case BatchesDone(batches=batches):
-                with errors_stop_the_pool(self.pool):
+                with errors_stop_the_pool(pool):
                     self.job.accounts.outputs_many(batches)
-                self.writer.added()
+                writer.added()
             case BatchFailed(batch=batch, reason=reason):
-                with errors_stop_the_pool(self.pool):
+                with errors_stop_the_pool(pool):
                     self.job.accounts.fail_items(batch.items, Stage.INFER, reason)
-                self.writer.added()
+                writer.added()
             case OutOfMemory(batch_size=batch_size):
                 self._oom, said = after_oom(self._oom, batch_size)
                 if said:

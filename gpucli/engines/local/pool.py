@@ -56,6 +56,12 @@ class WorkerPool:
     def spawned(self) -> bool:
         return self._loop is not None
 
+    def _spawned_on(self) -> asyncio.AbstractEventLoop:
+        """The loop the workers were spawned from, where their messages and events go."""
+        if self._loop is None:
+            raise RuntimeError("the pool's loop is asked for before any worker was spawned. This is a bug.")
+        return self._loop
+
     def spawn(self) -> None:
         """Start every worker process; they load their models in the background."""
         self._loop = asyncio.get_running_loop()
@@ -113,7 +119,7 @@ class WorkerPool:
         (a payload that does not pickle) fails its inputs, instead of waiting for a timeout."""
         error = done.exception()
         if error is not None:
-            self._loop.call_soon_threadsafe(self._send_failed, worker, batch_id, error)
+            self._spawned_on().call_soon_threadsafe(self._send_failed, worker, batch_id, error)
 
     def _send_failed(self, worker: Worker, batch_id: int, error: BaseException) -> None:
         record = self.dispatch.finish(worker, batch_id)
@@ -230,7 +236,7 @@ class WorkerPool:
                                             "restart budget spent, stopping. Results written so far are kept.")
             return
         self.on_event(PoolLog(f"worker {worker.index} ({worker.device}) died ({reason}); restarting in {delay:.1f}s"))
-        self._loop.call_later(delay, self._respawn, worker)
+        self._spawned_on().call_later(delay, self._respawn, worker)
 
     def _respawn(self, worker: Worker) -> None:
         if not self._closing:

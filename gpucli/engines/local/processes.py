@@ -140,10 +140,16 @@ class Processes:
 
     def _receive(self, worker: Worker, conn: Any, process: Any) -> None:
         """Receiver thread: each wake-up's messages to the loop together, then the exit."""
-        receive_until_closed(conn, lambda messages: self._loop.call_soon_threadsafe(
-            self._on_messages, worker, process, messages))
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("a receiver thread started before any worker was spawned. This is a bug.")
+
+        def to_loop(messages: list[WorkerMessage]) -> None:
+            loop.call_soon_threadsafe(self._on_messages, worker, process, messages)
+
+        receive_until_closed(conn, to_loop)
         process.join(5.0)
-        self._loop.call_soon_threadsafe(self._on_exit, worker, process)
+        loop.call_soon_threadsafe(self._on_exit, worker, process)
 
 
 class WorkerThread:

@@ -117,7 +117,7 @@ def dataset(rows: list[dict[str, Any]], plan: Plan, spec: TaskSpec, max_bytes: i
                        **retries("max_task_retries")),
                   dict(fn=Predictor, fn_constructor_args=predict_args, batch_size=chunks_per_call(window_items, chunk),
                        compute=ray.data.ActorPoolStrategy(size=plan.actors), **predict, **retries("max_task_retries"))]
-    ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // chunk)))
+    ds: ray.data.Dataset = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // chunk)))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
         for stage in stages:

@@ -134,7 +134,7 @@ def preflight(address: str) -> None:
     try:
         import ray.exceptions
         from ray._private.services import canonicalize_bootstrap_address
-        from ray._raylet import InnerGcsClient
+        from ray._raylet import InnerGcsClient  # type: ignore[attr-defined]  # Ray's internals: an ImportError below
     except ImportError:
         return
     if address.startswith("ray://"):

@@ -71,6 +71,11 @@ class Sink:
         move). A sink whose move needs its lock makes it in `open` instead (Qdrant's)."""
         return None
 
+    def read_ledger(self) -> Any:
+        """The ledger, read only, of a sink that keeps it in its store (`ledger_in_store`); the others
+        keep theirs in `state_dir`, where the caller reads it."""
+        raise NotImplementedError(f"{self.name} keeps its ledger in {self.state_dir}, not in its store. This is a bug.")
+
     def run_lock(self) -> Any:
         """The lock that keeps a second run off this output: a flock in `state_dir` (lock.py)."""
         from gpucli.output.lock import RunLock
