@@ -15,8 +15,8 @@ if str(ROOT) not in sys.path:
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 # A new output's default backend is `auto` (ONNX Runtime on a CPU host, part of gpucli's
 # install): every BERT-type model, the tiny test ones too, would be exported to ONNX
-# first. The suite runs torch unless a test says otherwise (tests/test_backend_default.py and
-# tests/test_onnx.py test the default and the ONNX path themselves, with this variable removed).
+# first. The suite runs torch unless a test says otherwise (tests/integration/test_backend_default.py and
+# test_onnx.py test the default and the ONNX path themselves, with this variable removed).
 os.environ["GPUCLI_BACKEND"] = "torch"
 # Workers run as threads of the process that runs the pipeline (gpucli/engines/local/processes.py,
 # in-process mode): the same loop and messages, without the ~0.5-1 s spawn of an interpreter per

@@ -37,7 +37,7 @@ class Known:
     mtime_ns: int
     digest: str
     status: Status
-    version: str = ""  # an object's ETag or generation (gpucli/stores); "" for a file
+    version: str = ""  # an object's ETag or generation (gpucli/inputs/stores/); "" for a file
 
 
 class Action(enum.Enum):

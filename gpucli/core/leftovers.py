@@ -98,11 +98,6 @@ def sweep_ray_temp(directory: str | None = None, now: float | None = None) -> li
     return removed
 
 
-def sweep_all() -> list[str]:
-    """Both sweeps; what was removed, for a log line. Never raises for what it cannot remove."""
-    return sweep_shm() + sweep_ray_temp()
-
-
 def _own_entries(directory: Path) -> list[tuple[str, os.stat_result]]:
     """(name, lstat) of the entries of `directory` owned by this user; none if it cannot be listed."""
     try:

@@ -36,7 +36,7 @@ class Source:
     digest: str = ""  # content hash, set when the file is read (for the ledger)
     dev: int = 0  # st_dev and st_ino at walk time: the read opens this file and no other
     ino: int = 0
-    version: str = ""  # an object's ETag (or generation) from the listing (gpucli/stores); "" for a file
+    version: str = ""  # an object's ETag (or generation) from the listing (gpucli/inputs/stores/); "" for a file
 
 
 @dataclass(slots=True)

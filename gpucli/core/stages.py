@@ -17,7 +17,7 @@ class Stage(str, enum.Enum):
     DECODE = "decode"  # the bytes are not a document, image or recording the task can read
     PREPROCESS = "preprocess"  # decoded, but the task's preparation failed
     INFER = "infer"  # the model's batch failed for this input, or its output was unusable
-    WRITE = "write"  # the sink refused the input's rows
+    # (no WRITE: a write that fails stops the run, exit 3; no single input fails there)
     SKIP = "skip"  # not a failure: passed over on purpose (an output of gpucli's own, a link loop)
 
     __str__ = str.__str__  # "decode", not "Stage.DECODE", in messages and f-strings

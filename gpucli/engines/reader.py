@@ -70,7 +70,7 @@ def read_chunk(sources: list[Source], task: Any, max_bytes: int, known: dict[str
 
 
 def _fetched(sources: list[Source], known: dict[str, Any] | None, max_bytes: int) -> dict[int, Any]:
-    """Objects in a bucket (gpucli/stores): the bytes of every one this chunk reads, fetched at
+    """Objects in a bucket (gpucli/inputs/stores/): the bytes of every one this chunk reads, fetched at
     once (many requests in flight), by source id; an unchanged object is not requested."""
     from gpucli.inputs.stores.reading import fetch
 

@@ -128,13 +128,6 @@ def download_progress_hidden(hidden: bool = True) -> Iterator[None]:
             enable_progress_bars()
 
 
-def hide_download_progress() -> None:
-    """No download bars for the rest of this process (huggingface_hub's switch)."""
-    from huggingface_hub.utils import disable_progress_bars
-
-    disable_progress_bars()
-
-
 def offline() -> bool:
     """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) as huggingface_hub reads it, but read now."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""

@@ -3,7 +3,7 @@
 The ledger is SQLite in the sink's state directory (beside the output: `OUT.parquet.gpucli/`,
 `OUT.jsonl.gpucli/`; gpucli/output/state_dir.py, which also moves it from where earlier versions kept
 it). Per input path: size, mtime_ns, content hash, status, the location (part file) holding
-its current rows, and for an object in a bucket its ETag or generation (`version`, gpucli/stores;
+its current rows, and for an object in a bucket its ETag or generation (`version`, gpucli/inputs/stores/;
 added to older ledgers when they are opened, '' for files). The rules that keep the output exact:
 
 * An input is marked done only after the part holding its rows is durable (renamed and
@@ -386,10 +386,6 @@ class Ledger(_LedgerFile):
             for location, paths in stale.items():
                 for path in paths:
                     self._db.execute("delete from stale where location=? and path=?", (location, path))
-
-    def forget_location(self, name: str) -> None:
-        with self._lock:
-            self._db.execute("delete from locations where name=?", (name,))
 
     def rename_locations(self, renamed: dict[str, str | None], stale: dict[str, set[str]] | None = None,
                          publish: str | None = None) -> None:

@@ -22,7 +22,6 @@ from gpucli.tasks.embed.st_model import (
     EmbedModelConfig,
     Prompts,
     apply_lower_case,
-    apply_prompt,
     info,
     pool,
     prompt_ids,
@@ -234,8 +233,8 @@ def test_prompt_name_and_prefix_choose_the_document_prompt():
     config = _config(PROMPTS)
     assert resolve_prompts(config, prompt_name="query").document == "query: "
     assert resolve_prompts(config, prefix="search_document: ") == Prompts("search_document: ", "", "query: ", "query")
-    assert apply_prompt("text", config, prefix="p: ") == "p: text"
-    assert apply_prompt("text", config) == "passage: text"
+    assert resolve_prompts(config, prefix="p: ").document == "p: "
+    assert resolve_prompts(config).document == "passage: "
 
 
 def test_unknown_prompt_name_or_both_options_are_usage_errors_naming_the_choices():

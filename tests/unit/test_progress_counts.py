@@ -50,7 +50,7 @@ def test_an_input_back_then_failed_counts_once_as_failed():
     accounts.expect(found, items)
     accounts.outputs(items, outputs(items))
     assert accounts.complete == complete_in_status(accounts) == 2
-    accounts.fail_items(items.take(np.array([0])), "write", "the part could not be written")
+    accounts.fail_items(items.take(np.array([0])), "infer", "a retried batch failed")
     accounts.lost("no result came back")  # the other, complete but never written
     counts = accounts.counts_now()
     assert (counts.back, counts.failed, counts.finished) == (0, 2, 2)

@@ -237,12 +237,6 @@ def _first_prompt(config: EmbedModelConfig, names: tuple[str, ...]) -> str:
     return default if default and default in config.prompts else ""
 
 
-def apply_prompt(text: str, config: EmbedModelConfig, prompt_name: str = "", prefix: str = "") -> str:
-    """The text as sentence-transformers feeds it to the tokenizer for a document: prompt + text.
-    (Lower-casing happens in the tokenizer's normaliser; see `apply_lower_case`.)"""
-    return resolve_prompts(config, prompt_name, prefix).document + text
-
-
 # --- tokens -----------------------------------------------------------------------------------
 def apply_lower_case(tokenizer: Any, config: EmbedModelConfig) -> Any:
     """Put a Lowercase normaliser in front of a `tokenizers.Tokenizer`'s own when the model asks
