@@ -139,7 +139,7 @@ def _leave_after(deadline_s: float, status: int) -> None:
     """The exit handlers get `deadline_s`; then the process leaves without the rest of them.
     They join what multiprocessing left behind (a queue's feeder thread, child processes),
     and one waiting on a pipe that nobody reads would keep a cron job alive forever after
-    its outcome was durable and printed (issue 41: gpucli.engines.reader.ReaderProcesses.close
+    its outcome was durable and printed (gpucli.engines.reader.ReaderProcesses.close
     now leaves none; this is the net under whatever else a library leaves)."""
 
     def leave() -> None:
@@ -158,7 +158,7 @@ def _join_threads(deadline_s: float) -> None:
     """Join the other non-daemon threads, as the interpreter would, but within a deadline: the
     run's outcome is durable and printed by now, and a thread left waiting (an executor's idle
     worker after a sink failed, a send to a dead pipe) must not keep a cron job alive forever
-    (issue 41: a full disk printed its error, then never exited)."""
+    (a full disk printed its error, then never exited)."""
     end = time.monotonic() + deadline_s
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:

@@ -122,7 +122,7 @@ def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> 
         from gpucli.engines import run_engine  # the engine's modules: only once a run is sure to start
 
         try:
-            with library_notes():  # a library's warning is one gpucli line, not Python's report (issue 41)
+            with library_notes():  # a library's warning is one gpucli line, not Python's report
                 summary = run_engine(config)  # the engine handles SIGINT / SIGTERM itself while it runs
         except OutputError as exc:
             if exc.summary is None:  # before any work: the output was refused

@@ -2,7 +2,7 @@
 
 `gpucli embed DIR` builds the command line of the one task it runs: importing every task module
 to register its command cost ~0.25 s of the start, before the workers could be spawned (classify
-and transcribe import their own libraries; issue 34). `gpucli.__main__` sets `invoked` from argv;
+and transcribe import their own libraries). `gpucli.__main__` sets `invoked` from argv;
 `gpucli.app.cli` imported any other way (tests, a library user) registers every task, as before.
 """
 

@@ -1,5 +1,5 @@
 """`gpucli snapshot`: an embedded collection (a Qdrant Edge shard) packed as a Qdrant shard
-snapshot, the file a server restores into a collection (issue 42): what a run on one machine
+snapshot, the file a server restores into a collection: what a run on one machine
 wrote can be served by a Qdrant server without embedding it again.
 
 The storage is locked while it is packed (a run cannot write under it), the shard flushed and

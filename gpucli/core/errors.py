@@ -71,7 +71,7 @@ class OutputError(RunFailedError):
     @property
     def full(self) -> bool:
         """The file system is full or over quota: the run failed (exit 3) wherever it met it,
-        before any work too, since the same command succeeds once there is space (issue 41)."""
+        before any work too, since the same command succeeds once there is space."""
         return any(mark in self.cause for mark in FULL_MARKS)
 
 

@@ -1,4 +1,4 @@
-"""How an embed output stores its vectors, and how `gpucli search` reads them back (issue 30).
+"""How an embed output stores its vectors, and how `gpucli search` reads them back.
 
 `--vector-type`:
 

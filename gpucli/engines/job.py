@@ -98,11 +98,11 @@ class Job:
         with download_progress_hidden(self.config.quiet or self.config.progress == "off"):
             self.task_cls = self.task_cls.variant(self.spec)  # embed with an image-text model reads images too
             self.task = self.task_cls(self.spec)
-            self.task.beside_output(out)  # transcribe --subtitles (issue 43): its files beside --out
+            self.task.beside_output(out)  # transcribe --subtitles: its files beside --out
             self.task.open()
-        self.spec = self.task.spec  # the backend the task resolved (issue 16): the workers run that, not auto
+        self.spec = self.task.spec  # the backend the task resolved: the workers run that, not auto
         quiet_parent_torch()
-        if hasattr(self.task, "keep_vectors"):  # --vector-type (issue 30): the sink and the ledger it stores for
+        if hasattr(self.task, "keep_vectors"):  # --vector-type: the sink and the ledger it stores for
             self.task.keep_vectors(self.output)
         self.schema, metadata = tables.output(self.config, output_schema(self.task), output_metadata(self.task))
         settings = output_settings(self.spec, self.task, metadata)

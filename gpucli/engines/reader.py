@@ -342,7 +342,7 @@ class ReaderProcesses:
         nothing they would send). A reader killed while it sent a large chunk back leaves the
         executor's manager thread waiting for the rest of that message, and the call queue's
         feeder thread waiting to send a large chunk to readers that are gone; multiprocessing
-        joins that feeder at exit, so the process never left (issue 41: a full disk printed
+        joins that feeder at exit, so the process never left (a full disk printed
         its error and summary, then hung). With the readers killed, the parent's copy of the
         result pipe's writing end is closed: the manager reads EOF, takes the pool for broken
         and closes the call pipe, which ends the feeder's send (EPIPE, which the executor

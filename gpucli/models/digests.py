@@ -2,7 +2,7 @@
 
 Every worker of every run checked the same 90 MB files again: the default model's weights
 against its package's digests, the exported ONNX graph against its sidecar (~0.2 s of each
-worker's start, issue 34). A digest is remembered on disk under the per-user cache
+worker's start). A digest is remembered on disk under the per-user cache
 (`$XDG_CACHE_HOME/gpucli/models/digests/`), keyed by the file's real path, size, modification and
 change times (nanoseconds) and inode, as git's index remembers what it hashed: a rewrite, a
 reinstall or a `touch` makes a new key. Like git's "racy" rule, a file changed within the last

@@ -294,7 +294,7 @@ def check_package_weights(path: str, expected: dict[str, str], package: str = ""
 
 def sha256_file(path: str) -> str:
     """Remembered by the file's identity (gpucli/models/digests.py): every worker of every run checked
-    the default model's 90 MB again (issue 34)."""
+    the default model's 90 MB again."""
     from gpucli.models.digests import file_sha256
 
     return file_sha256(path)

@@ -94,7 +94,7 @@ def require_kind(task: str, model: str, path: str) -> None:
     right = KIND_TASK.get(kind)
     fix = (f"for {INPUTS[right]}, use it with `gpucli {right} ... --model {model}`" if right
            else "gpucli has no task for it yet")
-    if kind is ModelKind.IMAGE_TEXT:  # CLIP, SigLIP: image vectors in embed; with --labels, classify (issue 43)
+    if kind is ModelKind.IMAGE_TEXT:  # CLIP, SigLIP: image vectors in embed; with --labels, classify
         fix = f"for image vectors, use it with `gpucli embed ... --model {model}`"
         if task == "classify":
             fix = f'to score labels of your own, add --labels "cat,dog" (zero-shot: docs/zero-shot.md); {fix}'

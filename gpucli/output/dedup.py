@@ -1,4 +1,4 @@
-"""Identical content embedded once (issue 30, part 4; on by default for embed, `--no-dedup`).
+"""Identical content embedded once (on by default for embed, `--no-dedup`).
 
 An input whose content digest (`Source.digest`: the file's bytes, or a table record's text,
 gpucli/output/fingerprint.py) is the digest of an input embedded in this run, or of one already done

@@ -110,7 +110,7 @@ class Writer:
                     await self._commit(part=True)  # what came while the last one was written
                     return
         finally:  # a sink that failed (a full disk) ends the loop too: the thread must not outlive it,
-            self._thread.shutdown(wait=False)  # or the process waits for it at exit (issue 41)
+            self._thread.shutdown(wait=False)  # or the process waits for it at exit
 
     def _until_due(self) -> float:
         """Seconds until the last part is `flush_s` old; once it is, `added` wakes the writer

@@ -43,7 +43,7 @@ def get_task(name: str) -> type[Task]:
     (plugins, and the fake tasks of the tests and benchmarks). A task named as its subpackage
     (embed/'s `embed`) is found without importing the others: a worker or a reader process
     that runs embed does not import classify's and transcribe's libraries (~0.15-0.3 s each
-    process, issue 34)."""
+    process)."""
     if ":" in name:
         module_name, _, attr = name.partition(":")
         return getattr(importlib.import_module(module_name), attr)

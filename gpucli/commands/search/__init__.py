@@ -6,7 +6,7 @@ parts.py) or a JSON lines file (jsonl.py) is scanned in batches with a running t
 bounded by one batch, whatever the output's size); a Qdrant collection is asked with
 `query_points` (qdrant.py).
 
-`--mode sparse` and `--mode hybrid` (an output made with `--sparse bm25`, issue 30) score BM25 over
+`--mode sparse` and `--mode hybrid` (an output made with `--sparse bm25`) score BM25 over
 the rows' sparse vectors (tasks/text/sparse.py): the query's distinct terms, cut by the output's
 model's tokenizer, each weighing 1. Over Parquet and JSON lines two passes: the document
 frequency of the query's terms (memory: one counter per query term), then the scores; Qdrant
@@ -48,7 +48,7 @@ from gpucli.output.sinks.qdrant import is_qdrant
 __all__ = ["MODES", "Hit", "JsonlIndex", "ParquetIndex", "QdrantIndex", "SearchResult", "embed_image_query",
            "embed_queries", "embed_query", "open_index", "query_terms", "render", "search"]
 
-MODES = ("dense", "sparse", "hybrid")  # --mode (issue 30)
+MODES = ("dense", "sparse", "hybrid")  # --mode
 
 
 def search(where: str, query: str, k: int = 10, image: str = "", mode: str = "dense") -> SearchResult:
@@ -114,7 +114,7 @@ def _check_request(query: str, k: int, image: str, mode: str) -> None:
 def _query_vector(index: Index, query: str, image: str, data: bytes) -> Any:
     """The query's unit vector by the output's model, cut as the output's --dims cut its rows;
     a model that now makes vectors of another width than the output's is a usage error."""
-    cut = {"dims": index.truncate_dims} if index.truncate_dims else {}  # --dims (issue 30)
+    cut = {"dims": index.truncate_dims} if index.truncate_dims else {}  # --dims
     if image:
         vector = embed_image_query(index.model, data, image, **cut)
     else:

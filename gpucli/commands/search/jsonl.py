@@ -25,8 +25,8 @@ class JsonlIndex:
             raise UsageError(f"--in {where}: not a gpucli embed output (no ledger beside it names its model); make "
                              "one with `gpucli embed DIR --out OUT.jsonl`")
         self.dims = int(info["gpucli.dims"]) if info.get("gpucli.dims", "").isdigit() else self._first_dims()
-        self.reading = reading(where, {**info, "gpucli.dims": str(self.dims)})  # --vector-type (issue 30)
-        self.sparse = "gpucli.sparse" in info  # --sparse bm25 (issue 30)
+        self.reading = reading(where, {**info, "gpucli.dims": str(self.dims)})  # --vector-type
+        self.sparse = "gpucli.sparse" in info  # --sparse bm25
 
     def _first_dims(self) -> int:
         with open(self.display, "rb") as f:

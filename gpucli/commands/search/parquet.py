@@ -34,13 +34,13 @@ class ParquetIndex:
         meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
         self.model = meta.get("gpucli.model", "")
         self.query_prompt = meta.get("gpucli.query_prompt")  # None: an output made before prompts were recorded
-        self.truncate_dims = number(meta.get("gpucli.truncate_dims"))  # --dims (issue 30): queries are cut alike
+        self.truncate_dims = number(meta.get("gpucli.truncate_dims"))  # --dims: queries are cut alike
         self.columns = [c for c in HIT_COLUMNS if c in schema.names]
-        self.sparse = "sparse" in schema.names  # --sparse bm25 (issue 30)
+        self.sparse = "sparse" in schema.names  # --sparse bm25
         if not self.model or "embedding" not in schema.names or "path" not in schema.names:
             raise UsageError(f"--in {where}: not a gpucli embed output (no gpucli.model metadata or no "
                              "embedding column); make one with `gpucli embed DIR --out OUT.parquet`")
-        self.reading = reading(where, meta, schema.field("embedding"))  # --vector-type (issue 30)
+        self.reading = reading(where, meta, schema.field("embedding"))  # --vector-type
         self.dims = self.reading.dims
 
     def nearest(self, vector: Any, k: int) -> list[Hit]:

@@ -43,11 +43,11 @@ class QdrantIndex:
             raise UsageError(f"--in {self.display}: no such collection")
         info = self.client.describe()
         self.dims = info.size(self.display)
-        self.sparse = SPARSE_VECTOR in info.sparse  # --sparse bm25 (issue 30)
+        self.sparse = SPARSE_VECTOR in info.sparse  # --sparse bm25
         self.model = info.metadata.get("gpucli.model", "")
         self.query_prompt = info.metadata.get("gpucli.query_prompt")  # None: not recorded (older output)
         self.truncate_dims = number(info.metadata.get("gpucli.truncate_dims"))
-        # int8, binary (issue 30): Qdrant rescores with the originals, embedded (Qdrant Edge) too
+        # int8, binary: Qdrant rescores with the originals, embedded (Qdrant Edge) too
         self.oversampling = oversampling(info.metadata.get("gpucli.vector_type", ""))
         if not self.model:  # a collection made by hand or by an older server: ask a point
             self.model = (self.client.sample_payload(["model"]) or {}).get("model", "")

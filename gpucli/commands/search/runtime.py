@@ -1,4 +1,4 @@
-"""Which runtime embeds a search's query (issue 41, item 6): ONNX Runtime where `gpucli embed`
+"""Which runtime embeds a search's query: ONNX Runtime where `gpucli embed`
 left the model's exported graph in the cache, else torch.
 
 Why: one query is a few milliseconds of model, and the rest of a search is start-up. On torch

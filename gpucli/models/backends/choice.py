@@ -1,4 +1,4 @@
-"""Which backend an output runs on (issues 15, 16), decided in the parent from plain data.
+"""Which backend an output runs on, decided in the parent from plain data.
 
     backend_default  the `--backend` a run gets when none is given: a new output `auto`, an
                      existing one what it was made with (read from its ledger's settings)

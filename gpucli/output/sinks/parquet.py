@@ -8,7 +8,7 @@ Part numbers only grow within an output (above every part on disk and every name
 ever committed): a part a crash left behind is then never mistaken for a committed one.
 
 The directory holds nothing else: the ledger and the run lock are beside it, `OUT.parquet.gpucli/`,
-so that every reader takes the directory whole (polars, as issue 28 found it, refused a
+so that every reader takes the directory whole (polars refused a
 directory that held the ledger: "paths with different file extensions"). An
 output made while they were inside it (`OUT.parquet/_gpucli/`) has them moved out by its next
 run (gpucli/output/state_dir.py).

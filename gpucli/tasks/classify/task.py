@@ -52,7 +52,7 @@ class ClassifyTask(ClassifyBase):
 
     def __init__(self, spec: Any) -> None:
         super().__init__(spec)
-        self._backend = adapter_for(spec.model, getattr(spec, "revision", ""))  # TaskSpec.revision: issue 14
+        self._backend = adapter_for(spec.model, getattr(spec, "revision", ""))
         self._opened = False
         self._open_lock = threading.Lock()
 
@@ -84,7 +84,7 @@ class ClassifyTask(ClassifyBase):
                 host = Host.looked_up(self.options.backend)
                 slower = fallback_notices(self.spec, self.options.backend, onnx_on_cpu=self.spec.model == LITE0,
                                           host=host)
-                self.spec = self._chosen()  # issue 16: workers run what the parent chose
+                self.spec = self._chosen()  # workers run what the parent chose
                 self.notices = [*slower, *export_notices(self.runtime, _lite0_cached)]
 
     def cpu_workers(self, cores: int) -> int:

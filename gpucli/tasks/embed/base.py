@@ -120,7 +120,7 @@ class EmbedBase(Task):
         self.documents.close()
 
     def keep_dims(self, path: str, full: int, known: bool | None = None) -> None:
-        """--dims (issue 30, tasks/embed/dims.py): rows keep the first `dims` of the model's `full`
+        """--dims (tasks/embed/dims.py): rows keep the first `dims` of the model's `full`
         ones; --dims of all of them is no cut and no new setting."""
         self.full_dims = full
         self.dims = checked_dims(self.spec.model, path, full, self.options.dims, self.options.force_dims, known=known)
@@ -134,7 +134,7 @@ class EmbedBase(Task):
             raise ValueError(f"expected {len(items)} vectors of {self.dims} dims, got an array of {vectors.shape}")
         return vectors
 
-    # --- --vector-type (issue 30): how the output stores vectors (gpucli/core/vectors.py) ---
+    # --- --vector-type: how the output stores vectors (gpucli/core/vectors.py) ---
     @property
     def stored(self) -> Stored:
         if getattr(self, "_stored", None) is None:
@@ -150,5 +150,5 @@ class EmbedBase(Task):
 
     def tag_part(self, table: Any) -> Any:
         """A whole part's table with int8's calibration in its field metadata: a part whose first rows
-        are copies read back (dedup) holds it too, so that every part file decodes alone (issue 30)."""
+        are copies read back (dedup) holds it too, so that every part file decodes alone."""
         return self.stored.tag(table)

@@ -1,4 +1,4 @@
-"""`--dims N`: Matryoshka truncation, the first N dimensions of each vector (issue 30).
+"""`--dims N`: Matryoshka truncation, the first N dimensions of each vector.
 
 A model trained with Matryoshka representation learning packs the most information into the
 first dimensions, so its vectors cut to N dimensions (and renormalised) stay useful; cut from

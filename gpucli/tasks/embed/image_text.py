@@ -121,7 +121,7 @@ class ImageTextTask(EmbedBase):
         self.processor_name = processor_name(self.path)
         if not self.config.dims:
             raise UsageError(f"model {self.spec.model!r}: its config names no projection or hidden size")
-        self.keep_dims(self.path, self.config.dims)  # --dims (issue 30): the first dims of both towers' vectors
+        self.keep_dims(self.path, self.config.dims)  # --dims: the first dims of both towers' vectors
         self.layer_weights = self.config.layer_weights
 
     def _open_texts(self) -> None:
@@ -155,7 +155,7 @@ class ImageTextTask(EmbedBase):
     def info(self) -> dict[str, str]:
         return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
                 "gpucli.max_tokens": str(self.max_tokens), "gpucli.modality": "image,text",
-                **self.stored.info(),  # --vector-type (issue 30): as for text models (gpucli/core/vectors.py)
+                **self.stored.info(),  # --vector-type: as for text models (gpucli/core/vectors.py)
                 "gpucli.model_type": self.config.model_type, "gpucli.normalize": str(self._normalizes).lower(),
                 "gpucli.prompt": self.prompt, "gpucli.image_processor": self.processor_name,
                 **hub_info(self.resolved), "gpucli.runtime": "torch",
@@ -249,7 +249,7 @@ class ImageTextTask(EmbedBase):
 
     def rows(self, items: Items, outputs: Any) -> tuple[Any, list[tuple[int, str]]]:
         vectors = self.checked_vectors(items, outputs)
-        return self.stored.tag(rows_table(items, self.stored.column(vectors))), []  # --vector-type (issue 30)
+        return self.stored.tag(rows_table(items, self.stored.column(vectors))), []  # --vector-type
 
 
 def refuse_options(model: str, options: EmbedOptions) -> None:
@@ -257,7 +257,7 @@ def refuse_options(model: str, options: EmbedOptions) -> None:
     if options.backend == "onnx" or options.quantize:
         raise UsageError(f"--model {model} is an image-text model: it runs on --backend torch only "
                          "(no --backend onnx, no --quantize)")
-    if options.sparse:  # issue 30: sparse vectors are over a text model's token windows
+    if options.sparse:  # sparse vectors are over a text model's token windows
         raise UsageError(f"--sparse: --model {model} is an image-text model; sparse lexical vectors "
                          "are made for text models only for now (embed without --sparse)")
     if options.prompt:

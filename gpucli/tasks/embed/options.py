@@ -12,7 +12,7 @@ from gpucli.inputs.documents import OCR_MODES
 from gpucli.inputs.encodings import NamedEncodings
 from gpucli.models.backends import BACKENDS, QUANTIZATIONS
 
-SPARSE_KINDS = ("", "bm25")  # --sparse (issue 30)
+SPARSE_KINDS = ("", "bm25")  # --sparse
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class EmbedOptions:
         "help": "Tokens per chunk, special tokens included (0 = the model's maximum).", "flag": "--chunk-tokens"})
     chunk_overlap: int = field(default=32, metadata={
         "help": "Tokens shared by consecutive chunks of a long document.", "flag": "--chunk-overlap"})
-    # --- model fidelity (issue 14): None = as the model's modules say ----------------------------------------
+    # --- model fidelity: None = as the model's modules say ----------------------------------------
     normalize: bool | None = field(default=None, metadata={
         "help": "L2-normalise vectors, or not, whatever the model's modules say.", "flag": "--normalize/--no-normalize",
         "default_help": "as the model's modules say; on for a model without them"})
@@ -32,7 +32,7 @@ class EmbedOptions:
         "help": "Text to put before every chunk, instead of a named prompt.", "flag": "--prefix",
         "default_help": "none"})
     # --- end model fidelity --------------------------------------------------------------------------------
-    # --- documents (issue 26): neither changes a vector, so neither is in the output's fingerprint ---------
+    # --- documents: neither changes a vector, so neither is in the output's fingerprint ---------
     allow_unknown_tokens: bool = field(default=False, metadata={
         "help": "Embed inputs even when over 20% of their words' tokens are unknown to the model (a language "
                 "its vocabulary does not cover: such vectors are poor). Without it they are failure records "
@@ -52,7 +52,7 @@ class EmbedOptions:
     extract_timeout: float = field(default=120.0, metadata={
         "help": "Seconds one document (PDF, DOCX, HTML...) may take to extract; a slower one becomes a failure "
                 "record and the run goes on.", "flag": "--extract-timeout", "fingerprint": False})
-    # --- OCR (issue 43, docs/ocr.md). Off by default: an output keeps the columns and the settings it had
+    # --- OCR (docs/ocr.md). Off by default: an output keeps the columns and the settings it had
     # before OCR existed; "unless-default": auto or on is a setting of the output ------------------------------
     ocr: str = field(default="off", metadata={
         "help": "OCR (on the CPU, in the reader): auto reads PDF pages without a text layer (scans) by OCR; on "
@@ -61,7 +61,7 @@ class EmbedOptions:
                 "column unless off. Needs pip install 'gpucli[ocr]'.",
         "flag": "--ocr", "fingerprint": "unless-default"})
     # --- end documents ---------------------------------------------------------------------------------------
-    # --- the vectors users ask for (issue 30). "unless-default": in the fingerprint only when given, so that an
+    # --- the vectors users ask for. "unless-default": in the fingerprint only when given, so that an
     # output made before these options existed (at their defaults) stays incremental -----------------------------
     dims: int = field(default=0, metadata={
         "help": "Keep the first N dimensions of each vector (Matryoshka models), renormalised when the model "

@@ -345,7 +345,7 @@ def pool_numpy(hidden: Any, mask: Any, config: EmbedModelConfig, normalize: bool
                prompt_length: int = 0) -> Any:
     """`pool` on numpy arrays, for the ONNX Runtime worker: the same modes and arithmetic
     (float32 sums, the same clamps), so that an ONNX worker needs no torch at all (its import
-    was ~1.6-2.5 s of each worker's start on a CPU host, issue 34). Returns float32."""
+    was ~1.6-2.5 s of each worker's start on a CPU host). Returns float32."""
     import numpy as np
 
     hidden = np.asarray(hidden, dtype=np.float32)
@@ -411,5 +411,6 @@ DESCRIPTIVE_KEYS = ("gpucli.pooling_source", "gpucli.normalize_source", "gpucli.
 
 def fingerprint_info(metadata: dict[str, str]) -> dict[str, str]:
     """The output metadata that the ledger's settings fingerprint should hold: what changes the
-    vectors, less what equals the behaviour before issue 14, less what only describes."""
+    vectors, less what equals the behaviour before gpucli followed a model's modules (PRE_FIDELITY), less
+    what only describes."""
     return {k: v for k, v in metadata.items() if k not in DESCRIPTIVE_KEYS and PRE_FIDELITY.get(k) != v}

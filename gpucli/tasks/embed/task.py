@@ -102,7 +102,7 @@ class EmbedTask(EmbedBase):
     def open(self) -> None:
         """Tokenizer and config only: the parent never imports torch or transformers for
         embed (importing them costs seconds that the workers are already paying)."""
-        # --- model fidelity (issue 14): the model's modules, prompts and lower-casing ---
+        # --- model fidelity: the model's modules, prompts and lower-casing ---
         self.resolved = resolve_embed_model(self.spec.model, self.spec.revision, in_worker=self._in_worker)
         self.st = read_model_config(self.resolved.path)
         self.prompts = resolve_prompts(self.st, self.options.prompt, self.options.prefix)
@@ -115,12 +115,12 @@ class EmbedTask(EmbedBase):
         if self.options.chunk_tokens:
             self.max_tokens = min(self.max_tokens, self.options.chunk_tokens)
         self.prefix, self.suffix = special_tokens(self.tokenizer)
-        self.use_prompt(self.prompts.document)  # model fidelity (issue 14): the prompt's tokens shorten the window
+        self.use_prompt(self.prompts.document)  # model fidelity: the prompt's tokens shorten the window
         if self.window < 1 or self.options.chunk_overlap >= self.window:
-            taken = f" ({len(self.prompt_ids)} go to the prompt {self.prompt!r})" if self.prompt_ids else ""  # issue 14
+            taken = f" ({len(self.prompt_ids)} go to the prompt {self.prompt!r})" if self.prompt_ids else ""
             raise UsageError(f"--chunk-overlap {self.options.chunk_overlap} must be below the chunk's "
                              f"{self.window} text tokens{taken}")
-        # issue 16: `auto` = onnx on a host without a GPU (benchmarks/RESULTS.md, ONNX: equal vectors, faster),
+        # `auto` = onnx on a host without a GPU (benchmarks/RESULTS.md, ONNX: equal vectors, faster),
         # for the model types whose exported graph gpucli checks against torch; an existing output keeps its own
         host, onnx_on_cpu = Host.looked_up(self.options.backend), config.get("model_type") in FUSED_MODEL_TYPES
         slower = fallback_notices(self.spec, self.options.backend, self.options.quantize, onnx_on_cpu, host)
@@ -132,22 +132,22 @@ class EmbedTask(EmbedBase):
                                                      lambda: text_encoder_cached(self.path, self.options.quantize))]
         self.pad_id = int(config.get("pad_token_id") or 0)
         self.documents = Documents(self.options.extract_timeout, self.options.ocr,
-                                   NamedEncodings.parse(self.options.encoding))  # documents (issue 26), OCR (43)
+                                   NamedEncodings.parse(self.options.encoding))  # documents, OCR (43)
         if self.options.ocr == "on" and ocr_engine.missing():
             raise UsageError(f"--ocr on: {ocr_engine.missing()}")
         self.unknown = Unknown.of(self.tokenizer, self.spec.model)
-        self.scripts = ScriptRule.of(self.spec.model, str(self.path))  # issue 52: scripts it does not read
-        self.terms = Terms(self.tokenizer) if self.options.sparse else None  # --sparse bm25 (issue 30, _sparse.py)
+        self.scripts = ScriptRule.of(self.spec.model, str(self.path))  # scripts it does not read
+        self.terms = Terms(self.tokenizer) if self.options.sparse else None  # --sparse bm25 (text/sparse.py)
         hidden = int(config.get("hidden_size") or config.get("dim") or config.get("d_model") or 0)
         layers = int(config.get("num_hidden_layers") or config.get("n_layers") or config.get("num_layers") or 1)
         inner = int(config.get("intermediate_size") or config.get("hidden_dim") or config.get("d_ff") or 4 * hidden)
         self.layer_weights = layers * (4 * hidden * hidden + 2 * hidden * inner)  # attention + feed-forward
-        full = hidden * len(self.st.pooling)  # model fidelity (issue 14): modes concatenate
+        full = hidden * len(self.st.pooling)  # model fidelity: modes concatenate
         if not full:
             raise UsageError(f"model {self.spec.model!r}: config.json names no hidden size; is it a text encoder?")
         self.keep_dims(self.resolved.path, full, known=False if self.resolved.source == "package" else None)
 
-    # --- model fidelity (issue 14) ---
+    # --- model fidelity ---
     def use_prompt(self, prompt: str) -> None:
         """Put `prompt` before every chunk: the document prompt (open), or the query prompt
         (`gpucli search`). Needs the tokenizer; the window shrinks by the prompt's tokens."""
@@ -160,12 +160,12 @@ class EmbedTask(EmbedBase):
 
     def info(self) -> dict[str, str]:
         return {"gpucli.model": self.spec.model, "gpucli.model_path": str(self.path), "gpucli.dims": str(self.dims),
-                "gpucli.max_tokens": str(self.max_tokens), **self.stored.info(),  # --vector-type (issue 30)
+                "gpucli.max_tokens": str(self.max_tokens), **self.stored.info(),  # --vector-type
                 **st_info(self.st, self.options.normalize, self.prompts), **hub_info(self.resolved),
-                "gpucli.runtime": self.runtime, **quantize_info(self.options.quantize),  # issues 14, 16
-                "gpucli.extractors": json.dumps(self._extractors(), sort_keys=True),  # issues 26, 43
-                **dims_info(self.full_dims, self.dims),  # issue 30
-                **({"gpucli.sparse": SPARSE_DESCRIPTION} if self.options.sparse else {})}  # issue 30
+                "gpucli.runtime": self.runtime, **quantize_info(self.options.quantize),
+                "gpucli.extractors": json.dumps(self._extractors(), sort_keys=True),
+                **dims_info(self.full_dims, self.dims),
+                **({"gpucli.sparse": SPARSE_DESCRIPTION} if self.options.sparse else {})}
 
     def schema(self):
         import pyarrow as pa
@@ -174,17 +174,17 @@ class EmbedTask(EmbedBase):
                             ("char_end", pa.int64()), ("text", pa.string()),
                             ("embedding", self.stored.field_type())])
         schema = schema.append(pa.field("sparse", sparse_type())) if self.options.sparse else schema  # --sparse
-        if self.options.ocr == "off":  # issue 43: no row can come from OCR; the schema is as it was before OCR
+        if self.options.ocr == "off":  # no row can come from OCR; the schema is as it was before OCR
             return schema
-        return schema.append(pa.field("ocr", pa.bool_()))  # issue 43: the chunk's text came from OCR
+        return schema.append(pa.field("ocr", pa.bool_()))  # the chunk's text came from OCR
 
     def _extractors(self) -> dict[str, str]:
-        """The library and version per document format, and the OCR engine's unless --ocr off (issue 43)."""
+        """The library and version per document format, and the OCR engine's unless --ocr off."""
         versions = extractor_versions()
         return versions if self.options.ocr == "off" else {**versions, "ocr": ocr_engine.version()}
 
     def prepare_many(self, sources: list[Source], datas: list[bytes]) -> tuple[Items | None, list[Failure]]:
-        """EmbedBase's windows, each with its `ocr` flag: whether its page was read by OCR (issue 43)."""
+        """EmbedBase's windows, each with its `ocr` flag: whether its page was read by OCR."""
         try:
             block, failures = super().prepare_many(sources, datas)
         finally:
@@ -209,7 +209,7 @@ class EmbedTask(EmbedBase):
     def setup(self, device: str) -> None:
         """The worker's model. The ONNX Runtime path imports neither torch nor transformers:
         ONNX Runtime runs the graph and numpy pools (`pool_numpy`); torch's import alone was
-        1.6-2.5 s of each CPU worker's start (issue 34)."""
+        1.6-2.5 s of each CPU worker's start."""
         self._in_worker = True
         self.open()  # the special tokens and the prompt that frame each row (no torch; milliseconds)
         if self.resolved.source == "package":
@@ -258,7 +258,7 @@ class EmbedTask(EmbedBase):
         return pooled.cpu().numpy()
 
     def _cut(self, pooled: Any) -> Any:
-        """--dims (issue 30): the first dims, renormalised when the model's vectors are normalised."""
+        """--dims: the first dims, renormalised when the model's vectors are normalised."""
         return truncated(pooled, self.dims, self.st.normalize_with(self.options.normalize))
 
     def rows(self, items: Items, outputs: Any) -> tuple[Any, list[tuple[int, str]]]:
@@ -266,20 +266,20 @@ class EmbedTask(EmbedBase):
         import pyarrow as pa
 
         vectors = self.checked_vectors(items, outputs)
-        embedding = self.stored.column(vectors)  # --vector-type (issue 30): float16, int8 or packed bits
+        embedding = self.stored.column(vectors)  # --vector-type: float16, int8 or packed bits
         page = items.meta["page"]
         table = pa.table({"chunk": pa.array(items.index, pa.int32()),
                           "page": pa.array(page, pa.int32(), mask=page == 0),
                           "char_start": pa.array(items.meta["char_start"], pa.int64()),
                           "char_end": pa.array(items.meta["char_end"], pa.int64()),
                           "text": pa.array(items.meta["text"], pa.string()), "embedding": embedding})
-        if self.options.sparse:  # --sparse bm25 (issue 30): struct<indices, values> per row
+        if self.options.sparse:  # --sparse bm25: struct<indices, values> per row
             table = table.append_column("sparse", sparse_column(items.meta["sparse_indices"],
                                                                 items.meta["sparse_values"]))
-        if self.options.ocr != "off":  # issue 43: each window's flag, from prepare_many
+        if self.options.ocr != "off":  # each window's flag, from prepare_many
             flags = items.meta.get("ocr", np.zeros(len(items), dtype=bool))
             table = table.append_column("ocr", pa.array(flags, pa.bool_()))
-        return self.stored.tag(table), []  # int8: its calibration in the field's metadata (issue 30)
+        return self.stored.tag(table), []  # int8: its calibration in the field's metadata
 
 
 class OcrImagesTask(EmbedTask):
@@ -306,7 +306,7 @@ del OcrImagesTask
 
 def _prompt_length(st: Any, options: EmbedOptions) -> int:
     """[CLS] + document prompt tokens: what a Pooling with include_prompt = false leaves out. Only
-    such models need the tokenizer in the worker. (Model fidelity, issue 14.)"""
+    such models need the tokenizer in the worker."""
     if st.include_prompt:
         return 0
     tokenizer = apply_lower_case(load_tokenizer(st.transformer_dir), st)

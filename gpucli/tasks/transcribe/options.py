@@ -2,7 +2,7 @@
 (gpucli/core/config.py), checked here on construction, before any model is opened. What a model
 refuses (funasr and --word-timestamps) is its task's to say, once it knows the backend.
 
-Subtitles and word times (issue 43, docs/subtitles.md) are "unless-default" in the output's
+Subtitles and word times (docs/subtitles.md) are "unless-default" in the output's
 fingerprint: an output made before they existed stays incremental, and an output's subtitle
 files are never a mix of runs with and without them (a switch needs --full, which rewrites them
 all). Where the files go (--subtitles-dir) changes no row: not in the fingerprint.
@@ -36,7 +36,7 @@ class TranscribeOptions:
     max_duration_s: float = field(default=4 * 3600, metadata={
         "help": "Fail recordings longer than this many seconds (decoded audio takes 115 MB an hour).",
         "flag": "--max-duration-s"})
-    # --- issue 43: subtitles and word times (docs/subtitles.md) ------------------------------------------
+    # --- subtitles and word times (docs/subtitles.md) ------------------------------------------
     subtitles: str = field(default="", metadata={
         "help": "Also write one subtitle file per recording, srt or vtt: a cue per row segment, in "
                 "--subtitles-dir under the recording's path plus .srt/.vtt (docs/subtitles.md).",

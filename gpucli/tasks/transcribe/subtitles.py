@@ -1,4 +1,4 @@
-"""Subtitle files for `gpucli transcribe --subtitles srt|vtt` (issue 43, docs/subtitles.md): one
+"""Subtitle files for `gpucli transcribe --subtitles srt|vtt` (docs/subtitles.md): one
 file per recording, a cue per segment of its row, in the recording's own time.
 
 Where: `--subtitles-dir DIR`, else a folder beside the output named after it (`t.parquet` ->

@@ -12,7 +12,7 @@ times that Whisper's alignment gives (tasks/transcribe/segments.py: a cue each, 
 Whisper decoding matches `BatchedInferencePipeline.transcribe(audio, beam_size=5,
 vad_filter=True)`: same decoder, VAD settings, chunking, prompt and search options.
 
-Subtitles and word times (issue 43, docs/subtitles.md): `--subtitles srt|vtt` writes a file
+Subtitles and word times (docs/subtitles.md): `--subtitles srt|vtt` writes a file
 per recording from its merged row in `finish` (the parent), atomically, before its part is
 durable: a file may run ahead of the ledger, never behind it, and a recording read again loses
 its old file first, so one that now fails has none (the rules: tasks/transcribe/subtitles.py).
@@ -261,7 +261,7 @@ class TranscribeTask(Task):
 
     @property
     def revision(self) -> str:
-        return getattr(self.spec, "revision", "")  # TaskSpec.revision (issue 14); absent before it
+        return getattr(self.spec, "revision", "")  # TaskSpec.revision; absent before it
 
     def info(self) -> dict[str, str]:
         backend, path = getattr(self, "backend", ""), getattr(self, "model_path", "")

@@ -1,4 +1,4 @@
-"""Word times for `gpucli transcribe --word-timestamps` (issue 43, docs/subtitles.md): a `words`
+"""Word times for `gpucli transcribe --word-timestamps` (docs/subtitles.md): a `words`
 column, each word with its start and end in the recording's own time and its probability.
 
 Worker: after the batch's beam search, faster-whisper's own `WhisperModel.add_word_timestamps`

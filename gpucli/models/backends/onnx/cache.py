@@ -96,7 +96,7 @@ def cached_model(directory: Path, key: dict[str, Any], build: Callable[[Path], N
     builders: one builds, the others wait on the lock and use what it wrote. The session loads
     the file by its path (half the time of loading its bytes: ONNX Runtime parses it in place),
     and the check that it hashes to its sidecar's sha256 is remembered by the file's identity
-    (gpucli/models/digests.py), so a worker does not hash 90 MB at every start (issue 34)."""
+    (gpucli/models/digests.py), so a worker does not hash 90 MB at every start."""
     root = cache_root or directory.parent.parent
     path = verified_model(directory, key, root)
     if path is not None:

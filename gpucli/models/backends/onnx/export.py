@@ -13,7 +13,7 @@ Two traps of tracing, both handled here:
 - tracing leaves the traced torch module computing wrong numbers afterwards (seen: hidden
   states off by 1.5), so the exporter loads its own copy of the model and throws it away.
 
-Graph (fp32 text encoders; gpucli/models/backends/onnx/fusion.py). Issue 16 asks ONNX for >= 1.2x
+Graph (fp32 text encoders; gpucli/models/backends/onnx/fusion.py). The target is ONNX at >= 1.2x
 sentence-transformers on ~230-token texts; the plain export ran them at torch's speed. A profile
 of the plain graph (8 x 240 tokens, 2 threads): MatMul 76% of the time, and transformers 5.x's
 sdpa attention traced into a mask chain around every softmax (Where, IsNaN, Add: ~14%).

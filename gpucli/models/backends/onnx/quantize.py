@@ -27,8 +27,8 @@ shared 2-core machine (int8 / fp32 ONNX, interleaved, load ~6: every MatMul 1.50
 this recipe 1.62x, 1.85x); all six down-projections cost ~20% (1.84x -> 1.45x fp32 on short texts,
 earlier, quieter). Layer 0's whole block (1/6 of the FLOPs) was next best but scored lower.
 Tiny texts (3 tokens: "ok") pool the fewest tokens and drift most (~0.96-0.97).
-Why the fused graph (since issue 16's fused fp32 graph; before, the plain export with MatMul
-only): the plain recipe sat on the top-10 target (1500 one-sentence texts, batches of 32 sorted:
+Why the fused graph (before it, the plain export with MatMul only): the plain recipe sat on
+the top-10 target (1500 one-sentence texts, batches of 32 sorted:
 min cos 0.9848, top-10 0.900; gpucli end to end 0.894 in one run); the fused one keeps more
 (0.9863, 0.912). Speed, int8 texts/s fused / plain, 2 threads, 7 rounds interleaved (load 2.4-2.8):
 0.93x on one-sentence texts (min 0.90x), 1.15x on 230-token texts (min 1.42x). The table above
