@@ -9,7 +9,7 @@ import pytest
 
 from gpucli.core.records import Source
 from gpucli.inputs.extract import Document
-from gpucli.inputs.extract._layout import paged
+from gpucli.inputs.extract.layout import paged
 from gpucli.tasks import TaskSpec, create_task
 from gpucli.tasks.text.chunking import WindowBlock, text_windows, windows
 from gpucli.tasks.text.unknown import MAX_UNKNOWN_SHARE, Unknown

@@ -22,7 +22,7 @@ from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
 from gpucli.inputs.documents.ocr import OcrDocument
 from gpucli.inputs.extract import Document
-from gpucli.inputs.extract._layout import paged
+from gpucli.inputs.extract.layout import paged
 
 # ~1-3 s a page on one core (benchmarks/ocr.py): a call stays far within the default time limit of
 # 120 s, and a long scan spreads over every child

@@ -15,8 +15,8 @@ from email.message import EmailMessage
 from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
-from gpucli.inputs.extract._layout import join_lines, join_paragraphs
 from gpucli.inputs.extract.htmltext import html_to_text
+from gpucli.inputs.extract.layout import join_lines, join_paragraphs
 
 HEADERS = ("Subject", "From", "To", "Date")
 

@@ -20,9 +20,9 @@ from defusedxml import ElementTree
 from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
-from gpucli.inputs.extract._layout import join_paragraphs
 from gpucli.inputs.extract._zip import open_zip
 from gpucli.inputs.extract.htmltext import decode_html, html_to_text
+from gpucli.inputs.extract.layout import join_paragraphs
 
 CONTAINER = "META-INF/container.xml"
 ENCRYPTION = "META-INF/encryption.xml"

@@ -23,7 +23,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from gpucli.inputs.extract import Document
 from gpucli.inputs.extract._htmlrepair import repair
-from gpucli.inputs.extract._layout import PARAGRAPH, join_paragraphs, tidy
+from gpucli.inputs.extract.layout import PARAGRAPH, join_paragraphs, tidy
 from gpucli.inputs.text import decode_text
 
 REMOVED = ["script", "style", "noscript", "template", "svg", "nav", "aside", "form", "iframe", "object",

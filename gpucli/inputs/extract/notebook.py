@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
-from gpucli.inputs.extract._layout import join_paragraphs
+from gpucli.inputs.extract.layout import join_paragraphs
 
 CELL_TYPES = {"markdown", "code"}
 

@@ -24,8 +24,8 @@ from pptx import Presentation
 from pptx.enum.shapes import MSO_SHAPE_TYPE
 
 from gpucli.inputs.extract import Document
-from gpucli.inputs.extract._layout import group_items, join_lines, join_paragraphs, paged
 from gpucli.inputs.extract._zip import open_zip
+from gpucli.inputs.extract.layout import group_items, join_lines, join_paragraphs, paged
 
 _P, _TBL, _SDT, _SDT_CONTENT = qn("w:p"), qn("w:tbl"), qn("w:sdt"), qn("w:sdtContent")
 

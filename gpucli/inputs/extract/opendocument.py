@@ -28,8 +28,8 @@ from defusedxml.ElementTree import fromstring
 from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
-from gpucli.inputs.extract._layout import group_items, join_lines, join_paragraphs, paged
 from gpucli.inputs.extract._zip import open_zip
+from gpucli.inputs.extract.layout import group_items, join_lines, join_paragraphs, paged
 
 OFFICE = "{urn:oasis:names:tc:opendocument:xmlns:office:1.0}"
 TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"

@@ -20,7 +20,7 @@ import pypdfium2.raw as pdfium_c
 from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
-from gpucli.inputs.extract._layout import paged
+from gpucli.inputs.extract.layout import paged
 
 # PDFium's FPDF_GetLastError() codes for a document that does not load
 _LOAD_ERRORS = {

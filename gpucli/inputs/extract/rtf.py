@@ -16,7 +16,7 @@ from striprtf.striprtf import rtf_to_text
 from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
-from gpucli.inputs.extract._layout import group_items, join_paragraphs
+from gpucli.inputs.extract.layout import group_items, join_paragraphs
 
 _CELL_PARAGRAPH = re.compile(r"\n+\|")  # a cell whose text ends with \par (pandoc, LibreOffice)
 _BULLET = re.compile(r"^\s*(?:[\u2022\u25e6\u25aa\u00b7*-]|\d{1,3}[.)])\s")

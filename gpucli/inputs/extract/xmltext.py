@@ -23,7 +23,7 @@ from defusedxml.ElementTree import fromstring
 from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
 from gpucli.inputs.extract import Document
-from gpucli.inputs.extract._layout import join_paragraphs
+from gpucli.inputs.extract.layout import join_paragraphs
 
 
 def extract_xml(data: bytes) -> Document:
