@@ -1,5 +1,8 @@
 """The layout keeps its own rules (docs/architecture.md): no import cycle, no import from a
-higher floor, no class over ~220 lines, no module over 450 lines unless its docstring says why.
+higher floor, no class over ~220 lines, no module over 450 lines unless its docstring says why;
+tasks/ is one subpackage per task beside the families they share, no package imports another's
+private (underscore) module, and every module named by a string exists (a move that breaks one
+fails here, not at run time).
 
 Read from the source with `ast` (every import counts: at the top, inside a function, under
 TYPE_CHECKING), so a cycle hidden in a function or a type hint fails here too.
@@ -8,6 +11,9 @@ TYPE_CHECKING), so a cycle hidden in a function or a type hint fails here too.
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).parents[2] / "gpucli"
@@ -136,3 +142,87 @@ def test_the_checks_see_the_graph():
     """Guards the guard: the graph holds known edges, so an empty answer above is not a blind one."""
     assert "gpucli.core.errors" in GRAPH["gpucli.engines.job"]
     assert _floor("gpucli.core.records") < _floor("gpucli.tasks.base") < _floor("gpucli.app.cli")
+
+
+# --- tasks/: one subpackage per task, beside the families they share ---------------------------------
+TASKS = ("embed", "classify", "transcribe")
+FAMILIES = ("text", "image_text", "images")
+
+
+def _package_of(module: str) -> str:
+    return module if (PACKAGE.parent / module.replace(".", "/") / "__init__.py").exists() else module.rpartition(".")[0]
+
+
+def test_tasks_hold_a_subpackage_per_task_and_per_shared_family_and_nothing_loose():
+    tasks = PACKAGE / "tasks"
+    assert sorted(p.name for p in tasks.glob("*.py")) == ["__init__.py", "base.py"]
+    assert sorted(p.parent.name for p in tasks.glob("*/__init__.py")) == sorted(TASKS + FAMILIES)
+    from gpucli.tasks import all_tasks
+
+    assert sorted(all_tasks()) == sorted(TASKS)
+
+
+def test_the_shared_families_import_no_task_and_no_task_imports_another():
+    crossing = []
+    for module, targets in sorted(GRAPH.items()):
+        parts = module.split(".")
+        if parts[:2] != ["gpucli", "tasks"] or len(parts) < 3:
+            continue
+        for target in sorted(targets):
+            into = target.split(".")
+            if into[:2] != ["gpucli", "tasks"] or len(into) < 3 or into[2] == parts[2] or into[2] == "base":
+                continue
+            if parts[2] in FAMILIES and into[2] in TASKS or parts[2] in TASKS and into[2] in TASKS:
+                crossing.append(f"{module} -> {target}")
+    assert crossing == []
+
+
+def test_no_package_imports_another_packages_private_module():
+    private = [f"{module} -> {target}" for module, targets in sorted(GRAPH.items()) for target in sorted(targets)
+               if target.rpartition(".")[2].startswith("_") and target.rpartition(".")[2] != "__main__"
+               and _package_of(target) != _package_of(module)]
+    assert private == []
+
+
+# --- modules named by strings --------------------------------------------------------------------------
+MODULE_STRING = re.compile(r"^gpucli(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*)?$")
+
+
+def _named_by_strings() -> list[tuple[str, str]]:
+    """(module that holds it, the string) for each string constant that names a module of a floor
+    ("gpucli.engines.local.pipeline:run", "gpucli.output.sinks.qdrant.indexer"); output metadata
+    keys (gpucli.model, gpucli.dims) name no floor and are not modules."""
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_STRING.match(node.value):
+                if node.value.split(".")[1].split(":")[0] in FLOORS:
+                    found.append((module, node.value))
+    return found
+
+
+def test_every_module_named_by_a_string_exists():
+    missing = []
+    for holder, name in _named_by_strings():
+        module, _, attribute = name.partition(":")
+        if importlib.util.find_spec(module) is None:
+            missing.append(f"{holder}: {name}")
+        elif attribute and not hasattr(importlib.import_module(module), attribute):
+            missing.append(f"{holder}: {name} (no {attribute})")
+    assert missing == []
+
+
+def test_the_string_check_sees_the_strings_and_the_registries_resolve():
+    """Guards the guard, and what is named by parts of a string: the engines' entries, each document
+    format's extractor (module and function built from the format's name)."""
+    named = {name for _, name in _named_by_strings()}
+    assert "gpucli.engines.local.pipeline:run" in named and "gpucli.engines.ray:run" in named
+    from gpucli.engines import ENGINES
+    from gpucli.inputs.extract import FORMATS
+
+    for engine in ENGINES.values():
+        module, _, function = engine.entry.partition(":")
+        assert importlib.util.find_spec(module) is not None and function
+    for fmt in FORMATS.values():
+        extractor = fmt.extract
+        assert hasattr(importlib.import_module(extractor.module), extractor.function), fmt.name
