@@ -102,7 +102,7 @@ def run(ctx: Context) -> list[Figure]:
 
 def gpucli_run(ctx: Context, src, tag: str) -> dict:
     t0 = time.perf_counter()
-    # torch, as the figure of record (DESIGN 5) was measured; onnx_e2e.py measures the ONNX default
+    # torch, as the figure of record (docs/benchmarks.md) was measured; onnx_e2e.py measures the ONNX default
     r = drive({"task": "embed", "paths": [str(src)], "out": str(ctx.tmp / f"embed-out-{tag}.parquet"),
                "task_options": {"backend": "torch"}}, timeout=3600)
     r["wall_s"] = time.perf_counter() - t0

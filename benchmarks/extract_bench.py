@@ -1,4 +1,4 @@
-"""Extraction throughput (DESIGN.md section 5, "Documents"): gpucli's read stage on a tree of real
+"""Extraction throughput (the "documents" figure of benchmarks/README.md): gpucli's read stage on a tree of real
 PDFs against a plain multi-process loop running the same library.
 
     python benchmarks/doc_corpus.py            # the corpus, once (~1 min; see there)

@@ -12,7 +12,7 @@ Each run is a fresh `python -m benchmarks.ray_bench --one ...` process, timed fr
              the same model on the same cores should give the same figure in both engines
 Ray Data hands results to the driver in bursts (an actor call is ~512 items, and blocks wait in
 the object store), so for Ray "steady" is an upper bound and "start-up" includes model work.
-Targets (DESIGN.md 5): local >= 2x Ray one node end to end; Ray steady >= 0.8x local steady.
+Targets (benchmarks/README.md): local >= 2x Ray one node end to end; Ray steady >= 0.8x local steady.
 
     sudo nice -n 5 python -m benchmarks.ray_bench [--docs 2000] [--backend onnx] [--no-cluster] > ray_bench.txt
 """

@@ -1,9 +1,11 @@
-"""Measure the figures of DESIGN.md section 5 on this machine; print a table and write
-benchmarks/RESULTS.md.
+"""The one entry point of benchmarks/: measure the figures of benchmarks/README.md on this machine,
+print a table and write benchmarks/RESULTS.md; list every script; run any other by its name.
 
     python benchmarks/run.py                  # every figure, 3 repetitions (~15-30 min on 2 busy cores)
     python benchmarks/run.py --quick          # smaller corpora, 1 repetition (a smoke test)
     python benchmarks/run.py --only overlap,memory --reps 5    # updates those figures, keeps the others
+    python benchmarks/run.py --list           # every script: what it measures, where, its last figure's date
+    python benchmarks/run.py ray_bench --docs 2000    # a separate script (catalogue.py), with its own arguments
 
 Each figure is a ratio measured within one run, repeated; the table shows min / median /
 max and judges the median against the target. See benchmarks/README.md.
@@ -27,6 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import coldstart, embed_cpu, external, extract_bench, host, host_ray, memory, overlap  # noqa: E402
+from benchmarks.catalogue import BY_NAME, listing  # noqa: E402
 from benchmarks.common import Context, Figure, cpu_pressure, git_commit, machine  # noqa: E402
 
 
@@ -50,13 +53,19 @@ BENCHMARKS = {
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] in BY_NAME and BY_NAME[sys.argv[1]].role == "separate":
+        return separate(BY_NAME[sys.argv[1]].file, sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, 1 repetition (unless --reps)")
     parser.add_argument("--only", default="", help=f"comma list of: {', '.join(BENCHMARKS)}")
     parser.add_argument("--reps", type=int, default=0, help="repetitions per figure (default 3, --quick 1)")
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="where to write the report")
     parser.add_argument("--keep", action="store_true", help="keep the temporary corpora and outputs")
+    parser.add_argument("--list", action="store_true", help="every script: what it measures, its last figure's date")
     args = parser.parse_args()
+    if args.list:
+        print(listing())
+        return 0
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
@@ -81,6 +90,14 @@ def main() -> int:
     results_md.write_text(report(machine(), runs), encoding="utf-8")
     print(f"\nwritten: {results_md} (raw: {store.name})", file=sys.stderr)
     return 0
+
+
+def separate(script: str, args: list[str]) -> int:
+    """A script that keeps its own results file, run as its own docstring says, from the repo root."""
+    import subprocess
+
+    command = ["bash" if script.endswith(".sh") else sys.executable, str(ROOT / "benchmarks" / script), *args]
+    return subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
 
 
 def measure(name: str, ctx: Context) -> dict:
