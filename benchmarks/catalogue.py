@@ -71,6 +71,12 @@ SCRIPTS = [
            section="## Identical content once"),
     Script("extract_candidates.py", "separate", "PDF and HTML libraries: speed and text quality",
            "RESULTS-docs.md"),
+    Script("stores_bench.py", "separate", "PostgreSQL commit step / psycopg's COPY alone; LanceDB writes / "
+           "Parquet / table.add; CLI writes, search, recall@10", "RESULTS-stores.md"),
+    Script("compaction.py", "separate", "a Parquet output after 1,000 one-file runs: parts left, a full scan "
+           "before and after compaction", "docs/outputs-and-columns.md", written="2026-12-06"),
+    Script("subtitles.py", "separate", "cues on real speech: sentence ends off a cue boundary, cue lengths; "
+           "the word alignment's cost", "docs/subtitles.md", written="2026-12-06"),
     Script("ocr.py", "separate", "OCR pages/s on one core and word recall on 10 scanned pages", "docs/ocr.md",
            written="2026-12-04"),
     Script("page_faults.py", "separate", "page faults per forward pass with and without the worker's allocator "

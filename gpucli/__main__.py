@@ -6,7 +6,7 @@ script's entry, every such process imported typer and rich for nothing (~0.2 s o
 
 Its first instruction makes a stop exit at once with one line (gpucli/core/signals.py): a Ctrl-C
 during the imports below printed a KeyboardInterrupt traceback, and a SIGTERM before a command's
-guard killed the process without a word (issue 46). What is left is the interpreter's own start,
+guard killed the process without a word. What is left is the interpreter's own start,
 before this function runs (a few tens of milliseconds), which no Python code can reach.
 """
 

@@ -241,7 +241,7 @@ def naming_the_input(error: str, path: str) -> str:
     """A library's error with the input named where it named our object: Pillow's "cannot identify
     image file <_io.BytesIO object at 0x7f...>" (the bytes gpucli handed it) says nothing to a
     reader of the failures file, and differs on every run. Every failure record goes through here,
-    whichever decoder or library raised (issue 46)."""
+    whichever decoder or library raised."""
     return OBJECT_REPR.sub(repr(path), error)
 
 

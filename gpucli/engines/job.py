@@ -244,7 +244,7 @@ class Job:
         s = outcome.summarize(self.summary, self.counts, time.monotonic() - self.started, stages, stopping, unfinished)
         s.exit_code = error.exit_code if error is not None else self._exit_code(stopping)
         if error is not None:
-            s.error = str(error)  # the line the CLI prints; --json's summary carries it (issue 46)
+            s.error = str(error)  # the line the CLI prints; --json's summary carries it
         return s
 
     def _exit_code(self, stopping: int) -> int:

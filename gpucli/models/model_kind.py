@@ -30,7 +30,7 @@ class ModelKind(Enum):
 # The task that takes each kind, and what the task is for (for "use it with ...").
 KIND_TASK = {ModelKind.TEXT_ENCODER: "embed", ModelKind.IMAGE_CLASSIFIER: "classify",
              ModelKind.SPEECH_RECOGNIZER: "transcribe"}
-# Kinds each task refuses; an image-text model is left to embed's loader (CLIP, SigLIP: DESIGN §4).
+# Kinds each task refuses; an image-text model is left to embed's loader (CLIP, SigLIP: docs/images.md).
 REFUSED = {"embed": {ModelKind.IMAGE_CLASSIFIER, ModelKind.SPEECH_RECOGNIZER},
            "classify": {ModelKind.TEXT_ENCODER, ModelKind.SPEECH_RECOGNIZER, ModelKind.IMAGE_TEXT},
            "transcribe": {ModelKind.TEXT_ENCODER, ModelKind.IMAGE_CLASSIFIER, ModelKind.IMAGE_TEXT}}

@@ -11,7 +11,7 @@ for a missing or unreadable directory: the command or its environment must chang
 that keeps failing (throttling, 5xx, unreachable) after the retries every request gets: exit 3
 (RunFailedError), and a rerun tries again. A failure record for such a root made the second
 run exit 0 (the root's record was a failure known from the first) and left an empty output
-behind (issue 46). What the store says later (an object gone after the listing, a prefix denied
+behind. What the store says later (an object gone after the listing, a prefix denied
 under the root, a listing cut short on a later page) is a failure record, as an unreadable file
 or subdirectory is."""
 

@@ -58,7 +58,7 @@ def imagenet_labels() -> list[str]:
 
 
 def first_synonym(name: str) -> str:
-    """A label's human-readable name: the first of its comma-separated synonyms (DESIGN: "tabby")."""
+    """A label's human-readable name: the first of its comma-separated synonyms ("tabby" for "tabby, tabby cat")."""
     return name.split(",")[0].strip() or name
 
 

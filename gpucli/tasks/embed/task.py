@@ -285,8 +285,8 @@ class EmbedTask(EmbedBase):
 class OcrImagesTask(EmbedTask):
     """`gpucli embed --ocr on` with a text encoder: image files are inputs too, read as text by OCR
     in the extraction children (inputs/documents/reading.py); each image is a document of one page (a TIFF,
-    one per frame). Kept as `EmbedTask.OcrImages`, not as a name of this module: the task registry
-    (tasks/__init__.py) takes every Task subclass named "embed" in this module for the task itself."""
+    one per frame). Kept as `EmbedTask.OcrImages`, which `EmbedTask.variant` picks; the embed package
+    names `EmbedTask` alone as its task (tasks/__init__.py)."""
 
     suffixes = tuple(dict.fromkeys(EmbedTask.suffixes + ocr_engine.IMAGE_SUFFIXES))
 

@@ -5,7 +5,9 @@
     audio       decoding to 16 kHz mono and cutting speech into chunks (Silero VAD), in the reader
     whisper     faster-whisper in a worker (the default backend)
     funasr      the funasr backend (Paraformer, SenseVoice)
-    word_times  --word-timestamps: words aligned in the worker, mapped back to the recording
+    word_times  words aligned in the worker, mapped back to the recording (--word-timestamps keeps them)
+    segments    a recording's segments cut at its sentences and pauses from those words
+    loudness    where the speech of a segment ends, from the parent's loudness of the recording
     subtitles   --subtitles srt|vtt: a file per recording
 """
 

@@ -1,4 +1,4 @@
-"""A recording's segments as people read them (issue 47): sentence-sized, cut at pauses, each one
+"""A recording's segments as people read them: sentence-sized, cut at pauses, each one
 subtitle cue. Made from the recording's words and their times (tasks/transcribe/word_times.py), whatever
 chunks the audio was cut into for the model (one per 30-second window of speech, which made cues
 of 30 seconds and six sentences on one line).
