@@ -25,7 +25,6 @@ second one. The old failures file is left where it is: it may be a Parquet outpu
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import sqlite3
@@ -33,7 +32,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gpucli.core.errors import GpucliError, LockedError, UsageError
+from gpucli.core.durable import replace_durably, write_durably
+from gpucli.core.errors import GpucliError, UsageError
+from gpucli.core.locks import FileLock
 from gpucli.output.sinks.qdrant.target import Target
 
 LEDGER = "ledger.sqlite"
@@ -117,16 +118,9 @@ def _legacy_lock(legacy: Path) -> Iterator[None]:
     if not path.exists():
         yield
         return
-    fd = os.open(path, os.O_RDWR)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockedError(f"an earlier gpucli run holds {path.absolute()}; its ledger moves to the per-user "
-                              "state directory once that run has ended") from None
+    with FileLock(path, create=False).take(f"an earlier gpucli run holds {path.absolute()}; its ledger moves to "
+                                           "the per-user state directory once that run has ended"):
         yield
-    finally:
-        os.close(fd)
 
 
 def _copy_ledger(source: Path, state: Path) -> None:
@@ -147,11 +141,9 @@ def _copy_ledger(source: Path, state: Path) -> None:
     except sqlite3.Error as exc:
         temporary.unlink(missing_ok=True)
         raise GpucliError(f"cannot move the ledger {source.absolute()} to {state}: {exc}") from None
-    _fsync(temporary)
     for stale in (LEDGER + "-wal", LEDGER + "-shm"):  # of a ledger deleted by hand: never replay them on this one
         (state / stale).unlink(missing_ok=True)
-    os.replace(temporary, state / LEDGER)
-    _fsync(state)
+    replace_durably(temporary, state / LEDGER)  # core/durable.py
 
 
 def _remove_legacy(legacy: Path) -> None:
@@ -165,12 +157,4 @@ def _remove_legacy(legacy: Path) -> None:
 
 
 def _write_synced(path: Path, text: str) -> None:
-    path.write_text(text + "\n", encoding="utf-8")
-    _fsync(path)
-    _fsync(path.parent)
-
-
-def _fsync(path: Path) -> None:
-    from gpucli.output.state_dir import fsync_dir
-
-    fsync_dir(path)
+    write_durably(path, text + "\n")  # core/durable.py

@@ -25,9 +25,10 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gpucli.core.errors import RERUN_HINT, GpucliError, LockedError, OutputError, os_error, sqlite_error
+from gpucli.core.locks import FileLock
 from gpucli.output.sinks.qdrant.edge import files, models
 from gpucli.output.sinks.qdrant.edge.space import allocated, room
 from gpucli.output.sinks.qdrant.points import Points, as_points
@@ -68,7 +69,7 @@ class EdgeClient:
         try:
             with self._errors("opening the storage"):
                 self.storage.mkdir(parents=True, exist_ok=True)
-                self._lock: IO[str] | None = files.lock_storage(self.storage)
+                self._lock: FileLock | None = files.lock_storage(self.storage)
         except LockedError as exc:
             raise LockedError(f"{target.display}: {exc}") from None
 
@@ -187,7 +188,7 @@ class EdgeClient:
             self.release()
         finally:
             if self._lock is not None:
-                self._lock.close()  # releases the flock
+                self._lock.release()
                 self._lock = None
 
     def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:

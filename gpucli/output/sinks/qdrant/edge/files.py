@@ -11,15 +11,12 @@ Layout of `qdrant:PATH/COLLECTION`:
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 from pathlib import Path
-from typing import IO
 
-from gpucli.core.durable import fsync_dir
-from gpucli.core.errors import LockedError
+from gpucli.core.durable import write_durably
+from gpucli.core.locks import FileLock
 
 LOCK_FILE = ".lock"
 EDGE_DIR = "edge"
@@ -47,30 +44,18 @@ def write_json(target: Path, data: dict) -> None:
     """Written whole to a temporary file, synced, renamed, and the rename synced with the
     directory (core/durable.py): a crash or a power cut leaves the old or the new, never none."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(target.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(data, f, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, target)
-    fsync_dir(target.parent)
+    write_durably(target, json.dumps(data, ensure_ascii=False), target.with_name(target.name + ".tmp"))
 
 
-def lock_storage(storage: Path) -> IO[str]:
+def lock_storage(storage: Path) -> FileLock:
     """Take PATH/.lock as qdrant-client's local mode does (portalocker: flock, exclusive, not
-    waiting): one process at a time has the storage open, whichever client it uses. Closing
-    the returned file releases it."""
+    waiting; gpucli's one lock, core/locks.py): one process at a time has the storage open,
+    whichever client it uses. Releasing the returned lock lets the next one in."""
     path = storage / LOCK_FILE
     if not path.exists():
         path.write_text("tmp lock file")
-    handle = open(path, "r+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise LockedError(f"the embedded Qdrant storage {storage} is in use by another process or client "
-                          "(embedded mode allows one at a time; use a Qdrant server for concurrent access)") from None
-    return handle
+    return FileLock(path).take(f"the embedded Qdrant storage {storage} is in use by another process or client "
+                               "(embedded mode allows one at a time; use a Qdrant server for concurrent access)")
 
 
 def discard_new(storage: Path, name: str) -> None:

@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
+from gpucli.core.durable import replacing
 from gpucli.core.errors import UsageError
 
 BLOCK = 512
@@ -187,13 +188,8 @@ def export_snapshot(shard_dir: str | Path, out_file: str | Path) -> Path:
             members += [_data("replica_state.json", b'{"is_local":true,"this_peer_id":0,"peers":{"0":"Active"}}')]
             members += [_data("shard_config.json", b'{"type":"ReplicaSet"}')]
             out.parent.mkdir(parents=True, exist_ok=True)
-            partial = out.with_name(out.name + ".partial")
-            try:
-                with open(partial, "wb") as f:
-                    _write_tar(f, members)
-                os.replace(partial, out)
-            finally:
-                partial.unlink(missing_ok=True)
+            with replacing(out, out.with_name(out.name + ".partial")) as f:  # core/durable.py
+                _write_tar(f, members)
     finally:
         os.close(lock)
     return out
