@@ -129,10 +129,13 @@ def test_snapshot_refuses_a_server_a_missing_collection_and_a_directory(collecti
 
 def test_an_index_build_stopped_by_ctrl_c_leaves_every_point_and_builds_next_time(tmp_path):
     """The build runs in a child (Edge holds the GIL while it builds); Ctrl-C reaches it too and
-    ends it at once: the shard loads with every point, searchable, and the next build completes."""
+    ends it at once: the shard loads with every point, searchable, and the next build completes.
+    The Ctrl-C lands inside the build: once the child has spent half a second of CPU past loading
+    the shard (the build of 40k points takes seconds here; loading ~0.2 s), not after a sleep."""
     import os
 
     import numpy as np
+    import psutil
     import qdrant_edge as edge
 
     from gpucli.output.sinks.qdrant.edge.indexer import IndexingStopped, build_indexes
@@ -148,10 +151,10 @@ def test_an_index_build_stopped_by_ctrl_c_leaves_every_point_and_builds_next_tim
     shard.close()
     child = subprocess.Popen([sys.executable, "-m", "gpucli.output.sinks.qdrant.edge.indexer", str(path)], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)  # loaded and building (40k points take seconds here)
+    _building(psutil.Process(child.pid), path / "segments", cpu_s=0.5)
     os.kill(child.pid, signal.SIGINT)
     out, _ = child.communicate(timeout=60)
-    assert child.returncode == -signal.SIGINT or out.strip() in ("optimized", "optimal")  # a fast machine may finish
+    assert child.returncode == -signal.SIGINT, f"the build was not stopped inside it ({out.strip()!r})"
     shard = edge.EdgeShard.load(str(path))
     try:
         assert shard.count(edge.CountRequest(exact=True)) == 40_000
@@ -167,6 +170,27 @@ def test_an_index_build_stopped_by_ctrl_c_leaves_every_point_and_builds_next_tim
         assert shard.info().indexed_vectors_count == 40_000 and shard.count(edge.CountRequest(exact=True)) == 40_000
     finally:
         shard.close()
+
+
+def _building(child, segments, cpu_s: float, deadline_s: float = 120.0) -> None:
+    """Returns once `child` has loaded the shard (a segment of its own appears in `segments`) and
+    then spent `cpu_s` more seconds of CPU: it is inside the build. Fails when it ends first."""
+    import os
+
+    import psutil
+
+    known, loaded_at = set(os.listdir(segments)), None
+    deadline = time.monotonic() + deadline_s  # a hang guard
+    while time.monotonic() < deadline:
+        if not child.is_running() or child.status() == psutil.STATUS_ZOMBIE:
+            pytest.fail("the build ended before it could be stopped inside it: give the test a larger shard")
+        used = sum(child.cpu_times()[:2])
+        if loaded_at is None and set(os.listdir(segments)) - known:
+            loaded_at = used
+        if loaded_at is not None and used - loaded_at >= cpu_s:
+            return
+        time.sleep(0.01)
+    pytest.fail(f"the indexer did not get into its build within {deadline_s:g} s")
 
 
 WRITE_AND_SEARCH = textwrap.dedent("""
