@@ -77,6 +77,10 @@ SCRIPTS = [
            "before and after compaction", "docs/outputs-and-columns.md", written="2026-12-06"),
     Script("subtitles.py", "separate", "cues on real speech: sentence ends off a cue boundary, cue lengths; "
            "the word alignment's cost", "docs/subtitles.md", written="2026-12-06"),
+    Script("encodings.py", "separate", "the encoding detector on texts of known truth: wrong decodings "
+           "(target 0) and recall", "docs/encodings.md", written="2026-12-06"),
+    Script("scripts.py", "separate", "the script rule on man pages: texts caught per language, English texts "
+           "wrongly refused (target 0)", "docs/languages.md", written="2026-12-06"),
     Script("ocr.py", "separate", "OCR pages/s on one core and word recall on 10 scanned pages", "docs/ocr.md",
            written="2026-12-04"),
     Script("page_faults.py", "separate", "page faults per forward pass with and without the worker's allocator "

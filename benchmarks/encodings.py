@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpucli.core.errors import InputError  # noqa: E402
-from gpucli.inputs.encodings import decode  # noqa: E402
+from gpucli.core.errors import InputError
+from gpucli.inputs.encodings import decode
 
 CJK = Path(sysconfig.get_paths()["stdlib"]) / "test" / "cjkencodings"
 MAN = Path("/usr/share/man")

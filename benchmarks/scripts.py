@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpucli.tasks.text.scripts import ScriptRule  # noqa: E402
+from gpucli.tasks.text.scripts import ScriptRule
 
 MAN = Path("/usr/share/man")
 DOC = Path("/usr/share/doc")

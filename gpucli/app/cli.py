@@ -149,7 +149,7 @@ def check_model(task_cls: type, model: str, options: dict[str, Any] | None = Non
         every = _aliases(list(all_tasks().values()))
         found = wrong_task_alias(task_cls.name, model, every)
         if found is None and not os.path.isdir(model):
-            found = near_alias(model, every)  # minlm -> minilm (issue 52)
+            found = near_alias(model, every)  # minlm -> minilm
         if found is not None:
             raise found
     if os.path.isdir(model) and not task_cls.checks_its_model(options or {}):

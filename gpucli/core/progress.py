@@ -41,7 +41,7 @@ class Counts:
     back: int = 0  # inputs whose results are all back, not yet durable
     failed: int = 0
     skipped: int = 0
-    passed_over: int = 0  # files the walk found and does not read (issue 52): skipped, never inputs the reader had
+    passed_over: int = 0  # files the walk found and does not read: skipped, never inputs the reader had
     rows: int = 0  # durable rows
     rows_back: int = 0  # rows back from the models, not yet durable
     items: int = 0  # model items (embed: chunks) back
@@ -198,7 +198,7 @@ class Speed:
     """Inputs per second between the first and the last time the count of finished inputs grew, for
     the ETA of the plain lines and the bar alike. The run's own average would count the model's loading
     against it, and a recent window (30 s, as before) swung with every burst of results: on a run that
-    ended at 46 s it said 6:51 at 26 s and 4:44 at 39 s (issue 52). Measured from growth to growth, a
+    ended at 46 s it said 6:51 at 26 s and 4:44 at 39 s. Measured from growth to growth, a
     tree of similar files gives the run's steady rate even when results come back in bursts, so the
     ETA converges (tests/unit/test_progress.py); between two bursts it counts down. Two samples kept."""
 
@@ -298,7 +298,7 @@ class RichProgress(Progress):
     @staticmethod
     def fitted(parts: list[str], room: int) -> str:
         """The detail's fields, joined, as many as fit `room` columns, whole: fields are dropped from the
-        end, never cut mid-word (at 80 columns the line was cut at `0.0 rows/s ·…`, issue 52)."""
+        end, never cut mid-word (at 80 columns the line was cut at `0.0 rows/s ·…`)."""
         from rich.text import Text
 
         kept: list[str] = []

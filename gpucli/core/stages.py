@@ -25,7 +25,7 @@ class Stage(str, enum.Enum):
 
 
 class SkipReason(str, enum.Enum):
-    """Why a file the walk found was not read (issue 52): the summary, `--json`, the progress line and
+    """Why a file the walk found was not read: the summary, `--json`, the progress line and
     `--dry-run` count skipped files by it, so that every file found is accounted for."""
 
     NO_READER = "no reader for this type"  # its suffix is none the task reads, or its content is not text

@@ -22,7 +22,7 @@ class RunSummary:
     failed: int = 0
     skipped: int = 0
     # of `skipped`, by reason (core/stages.SkipReason: "no reader for this type", "excluded", "too large", "link
-    # outside the root", "unchanged since the last run"): every file found is accounted for (issue 52)
+    # outside the root", "unchanged since the last run"): every file found is accounted for
     skipped_by_reason: dict[str, int] = field(default_factory=dict)
     rows: int = 0
     out: str = ""

@@ -37,7 +37,7 @@ def dry_run(config: RunConfig) -> RunSummary:
     summary.out, summary.dry_run = sink.display, True
     seen = set()
     own = own_paths(sink)
-    job.inputs.report.list_skipped = True  # files passed over are listed too, each with its reason (issue 52)
+    job.inputs.report.list_skipped = True  # files passed over are listed too, each with its reason
     for found in job.walk(exclude=own):
         if found.failure is not None:
             _say(found.failure.path, "skip" if found.failure.stage == Stage.SKIP else "fail", found.failure.error)

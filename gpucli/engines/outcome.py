@@ -37,7 +37,7 @@ def summarize(s: RunSummary, counts: Counts, elapsed_s: float, stage_seconds: di
 
 
 def count_passed_over(s: RunSummary, report: WalkReport) -> None:
-    """The files the walk found and did not read, into `skipped` and its reasons (issue 52: every
+    """The files the walk found and did not read, into `skipped` and its reasons (every
     file found is accounted for: inputs = succeeded + failed + skipped + unfinished)."""
     s.skipped += report.passed_over
     for reason, count in report.skipped.items():

@@ -109,7 +109,7 @@ def _read_bytes(source: Source, max_bytes: int) -> bytes:
             raise InputError(Stage.READ, "replaced by another file after the walk; not read (a rerun reads it)")
         if not stat.S_ISREG(st.st_mode):
             raise InputError(Stage.READ, "not a regular file")
-        if st.st_size > max_bytes:  # a skip, not a failure (issue 52): the limit is the user's choice
+        if st.st_size > max_bytes:  # a skip, not a failure: the limit is the user's choice
             raise InputError(Stage.SKIP, f"file is {st.st_size / 2**20:.1f} MiB, over --max-file-mb "
                                      f"{max_bytes / 2**20:g}; raise the limit to read it", cause=SkipReason.TOO_LARGE)
         if st.st_size == 0:

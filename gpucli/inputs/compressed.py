@@ -1,10 +1,10 @@
-"""Compressed inputs read transparently (issue 52): `notes.txt.gz`, `page.html.bz2`, `log.xz`, `doc.md.zst`.
+"""Compressed inputs read transparently: `notes.txt.gz`, `page.html.bz2`, `log.xz`, `doc.md.zst`.
 
 A file whose name ends in a compression suffix is an input when the name without it is one (or is
 extensionless text); its bytes are inflated in the reader, under the limits every input has: the
 inflated text may not pass --max-file-mb (a "too large" skip, as for a file that large), and a file
 that inflates over MAX_RATIO times once past RATIO_FROM is refused as a bomb before it is whole (the
-zip containers' bound, inputs/extract/_zip.py). The row's `path` stays the compressed file's.
+bound the zip containers share: inputs/extract/_zip.py). The row's `path` stays the compressed file's.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import zlib
 
 from gpucli.core.errors import InputError
 from gpucli.core.stages import SkipReason, Stage
-from gpucli.inputs.extract._zip import MAX_RATIO, RATIO_FROM
 
 SUFFIXES = (".gz", ".bz2", ".xz", ".zst")
+MAX_RATIO = 200  # an inflation past this many times its input, once past RATIO_FROM, is a bomb (zip members too)
+RATIO_FROM = 8 << 20  # small inputs may compress as they like: they cannot hurt
 STEP = 1 << 20  # bytes inflated at a time: a bomb is stopped within one step of its bound
 
 

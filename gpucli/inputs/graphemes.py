@@ -1,7 +1,7 @@
 """Grapheme clusters: what a reader sees as one character ("ê" + a combining macron, a flag, an emoji
 with its skin tone). A chunk's text must begin and end on their boundaries: a tokenizer that strips
 accents gives a combining mark no token of its own, so a chunk cut at its last token's end dropped
-the mark ("ê̄" became "ê" at the end of Big5-HKSCS's test text, issue 52). `regex`'s `\\X` knows the
+the mark ("ê̄" became "ê" at the end of Big5-HKSCS's test text). `regex`'s `\\X` knows the
 boundaries (Unicode's extended grapheme clusters, UAX #29).
 """
 

@@ -32,7 +32,7 @@ class WalkFilter:
     """Which files a walk reads. `--include` globs (matched against the path under the root or the file
     name) replace the task's suffixes; `--exclude` patterns always win and have gitignore's meaning
     (pathspec: `nodejs` and `nodejs/` leave out a directory of that name at any depth, `/build` only at
-    the root, `*.log` any such file; before, `--exclude nodejs` left out nothing, issue 52). A compressed
+    the root, `*.log` any such file; before, `--exclude nodejs` left out nothing). A compressed
     file (`notes.txt.gz`, inputs/compressed.py) is read when its name without the suffix would be; with
     `extensionless`, a file without a suffix is read when its content is text (walk.py sniffs it)."""
 
@@ -106,7 +106,7 @@ class WalkReport:
     complete: bool = False  # the walk ran to its end: an interrupted walk prunes nothing
     passed_over: int = 0  # files the walk saw and does not read (suffixes, --include, --exclude, not text)
     passed_over_suffixes: dict[str, int] = field(default_factory=dict)  # of those, by suffix (the first 64)
-    skipped: Counter[str] = field(default_factory=Counter)  # of those, by SkipReason (issue 52)
+    skipped: Counter[str] = field(default_factory=Counter)  # of those, by SkipReason
     list_skipped: bool = False  # --dry-run: the walk yields each one as a skip record too
     exclude_patterns: tuple[str, ...] = ()  # --exclude, to say which matched nothing
     _unmatched: set[str] | None = None

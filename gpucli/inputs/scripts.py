@@ -3,7 +3,7 @@
 A model reads the languages it was trained on (gpucli/models/languages.py); a text mostly in a
 script none of them is written in is text the model cannot read, even where its tokenizer has
 pieces for every letter (an English model turns Russian into known sub-word pieces it never learnt
-to read, issue 52). The script of a letter is the first word of its Unicode name ("CYRILLIC SMALL
+to read). The script of a letter is the first word of its Unicode name ("CYRILLIC SMALL
 LETTER A"), with Japanese kana and Korean Hangul kept apart from Han ideographs.
 """
 

@@ -307,7 +307,7 @@ class _Counter(_Walker):
             if not plain:
                 count += len(_unwrapped(self._entry(entry, os.path.join(real, name), real_root, subdirs)))
             else:
-                count += 1  # an input or a file passed over: both count (issue 52: every file accounted for)
+                count += 1  # an input or a file passed over: both count (every file accounted for)
         yield count
 
 

@@ -123,7 +123,7 @@ def wrong_task_alias(task: str, model: str, aliases: list[tuple[str, str]]) -> U
 def near_alias(model: str, aliases: list[tuple[str, str]]) -> UsageError | None:
     """"--model minlm: no model of that name; did you mean minilm?" when `model` is no alias, no path
     and no `org/name` Hub id, but close to an alias (difflib): it would otherwise go to the Hub and fail
-    with advice to `hf download minlm` (issue 52). A Hub id without an organisation (`gpt2`) far from
+    with advice to `hf download minlm`. A Hub id without an organisation (`gpt2`) far from
     every alias is left alone."""
     if "/" in model or looks_like_path(model) or alias_owner(model, aliases):
         return None

@@ -13,13 +13,12 @@ import zipfile
 
 from gpucli.core.errors import InputError
 from gpucli.core.stages import Stage
+from gpucli.inputs.compressed import MAX_RATIO, RATIO_FROM  # the one inflation bound, compressed files' too
 
 MAX_UNCOMPRESSED = 256 << 20  # all members together: far above any real office file's XML
 MAX_MEMBERS = 100_000
-# Office XML deflates 5-20x, very repetitive XML up to ~100x; 1 GiB of zeros deflates ~1000x.
-MAX_RATIO = 200
-RATIO_FROM = 8 << 20  # small members may compress as they like: they cannot hurt
-
+# Office XML deflates 5-20x, very repetitive XML up to ~100x; 1 GiB of zeros deflates ~1000x: a member past
+# RATIO_FROM that inflates over MAX_RATIO times is refused (the bound compressed inputs share).
 
 OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # a compound file: Office encryption wraps OOXML in one
 

@@ -125,7 +125,7 @@ def _remove_boilerplate(tree: LexborHTMLParser, open_ones: set[str]) -> None:
 
 def _navigation(tree: LexborHTMLParser) -> list[LexborNode]:
     """The navigation generated manuals put on every page: Texinfo's "Next: ..., Previous: ..., Up: ..."
-    (div.header, div.nav-panel; it began chunk 0 of every page of libffi's manual, issue 52) and
+    (div.header, div.nav-panel; it began chunk 0 of every page of libffi's manual) and
     DocBook XSL's navheader / navfooter tables."""
     found = list(tree.css(DOCBOOK_NAVIGATION))
     found += [node for node in tree.css(TEXINFO_NAVIGATION) if NAV_WORDS.match(node.text(strip=True))]

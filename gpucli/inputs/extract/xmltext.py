@@ -4,7 +4,7 @@ Internal entities are ordinary XML (DocBook's `<!ENTITY product "gzip">`): they 
 expat's bound on amplification (past 8 MiB of expansion, at most 100 times the document's size; a
 billion-laughs document stops there and is refused with that reason). An external entity (XXE: a
 file or URL named in the DTD) is never fetched: a document that uses one is refused with a calm
-one-line reason, not read with the entity left out (issue 52; before, any entity declaration was
+one-line reason, not read with the entity left out (before, any entity declaration was
 refused as "a billion-laughs or external-entity (XXE) attack?"). An external DTD is never read.
 
 Layout without a schema: an element with text of its own (mixed content such as

@@ -105,7 +105,7 @@ class EmbedBase(Task):
                 continue
             refused = None if self.options.allow_unknown_tokens else self.unknown.refusal(doc.text, ids, offsets)
             if refused is None and self.scripts is not None and not self.options.allows_any_script:
-                refused = self.scripts.refusal(doc.text)  # issue 52: Cyrillic, Greek... for an English model
+                refused = self.scripts.refusal(doc.text)  # Cyrillic, Greek... for an English model
             if refused is not None:
                 failures.append(Failure(source.path, Stage.PREPROCESS, refused, cause=UNKNOWN_TOKENS))
             else:

@@ -135,7 +135,7 @@ class ImageTextTask(EmbedBase):
             raise UsageError(f"--chunk-overlap {self.options.chunk_overlap} must be below the chunk's {self.window} "
                              f"text tokens (the text tower of {self.spec.model} takes {self.max_tokens})")
         self.unknown = Unknown.of(self.tokenizer, self.spec.model)
-        self.scripts = ScriptRule.of(self.spec.model, str(self.path))  # issue 52: scripts it does not read
+        self.scripts = ScriptRule.of(self.spec.model, str(self.path))  # scripts it does not read
 
     def use_prompt(self, prompt: str) -> None:
         self.prompt = prompt

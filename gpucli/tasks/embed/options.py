@@ -43,7 +43,7 @@ class EmbedOptions:
                 "written in (Cyrillic for an English model: such vectors are poor). Without it they are failure "
                 "records naming a model that reads them (docs/languages.md).", "flag": "--allow-other-scripts",
         "default_help": "off", "fingerprint": False})
-    # --- encodings (issue 52, docs/encodings.md): a file that decoded keeps its text, so not in the fingerprint ---
+    # --- encodings (docs/encodings.md): a file that decoded keeps its text, so not in the fingerprint ---
     encoding: tuple[str, ...] = field(default=(), metadata={
         "help": "The encoding of text files that are neither UTF-8 nor marked by a byte-order mark, for those "
                 "whose encoding the evidence cannot decide (they are failure records that say so): NAME for "

@@ -1,5 +1,5 @@
 """Whether the model can read a text's script: a text mostly written in scripts none of the model's
-languages uses is refused (issue 52), as the unknown-token rule (tasks/text/unknown.py) refuses a text
+languages uses is refused, as the unknown-token rule (tasks/text/unknown.py) refuses a text
 whose words the vocabulary does not hold. That rule catches Chinese ([UNK]); Cyrillic, Greek, Arabic,
 Hebrew, Devanagari or Thai text turns into known sub-word pieces an English model never learnt to
 read, and was embedded without a word (a Russian man page: 4,657 Cyrillic letters, 743 Latin, exit 0).
