@@ -61,8 +61,13 @@ SCRIPTS = [
            "RESULTS-ray.md"),
     Script("bucket_bench.py", "separate", "objects/s from a local S3 server: gpucli's reader / one request at a "
            "time", "RESULTS-buckets.md"),
-    Script("search_latency.py", "separate", "gpucli search, launch to exit: ONNX / torch / --before CHECKOUT",
-           "RESULTS-search.md"),
+    Script("search_latency.py", "separate", "an installed gpucli search, launch to exit: Parquet and qdrant: at "
+           "2,000 paragraphs, qdrant: / Parquet at 100k", "RESULTS-search.md"),
+    Script("peers_e2e.py", "separate", "the README install's gpucli, launch to exit / the scripts users write "
+           "instead (sentence-transformers on torch, ONNX, int8; fastembed) and / ST encode in memory",
+           "RESULTS-cpu.md"),
+    Script("peers.sh", "helper", "makes the peers' venv and their local ONNX files (for peers_e2e.py)"),
+    Script("peers.py", "helper", "the peers' scripts, run in their own venv (for peers_e2e.py)"),
     Script("embedded_qdrant.py", "separate", "qdrant: / Parquet writes, search latency, recall@10, RSS",
            "RESULTS-qdrant.md"),
     Script("vector_types_bench.py", "separate", "recall@10 of each --vector-type / float32, bytes per vector",
