@@ -4,6 +4,7 @@ task's command, and the process leaves without the interpreter's teardown, its o
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -28,8 +29,9 @@ runpy.run_module("gpucli", run_name="__main__")
 
 def task_modules(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
     """Run `gpucli ARGS`: the result, and the gpucli.tasks modules it imported."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLI_")}  # an unknown one imports every task
     result = subprocess.run([sys.executable, "-c", LISTING, *args], capture_output=True, text=True, cwd=ROOT,
-                            timeout=300)
+                            timeout=300, env=env)
     modules = set(next(line for line in result.stderr.splitlines() if line.startswith("MODULES")).split()[1:])
     return result, modules
 

@@ -1,6 +1,6 @@
 """The README install, as a new user gets it: a second virtual environment made with the README's
 first command alone (`pip install -e .`, no extras: no pandas, no polars, no test tools), whose
-own `gpucli` the tour runs. `.ci/run` makes it and names it in GPUCLI_TOUR_VENV; without that
+own `gpucli` the tour runs. `.ci/run` makes it and names it in README_VENV_FOR_TOUR; without that
 variable the session makes (or refreshes) one under ~/.cache/gpucli-tests/, about a minute the
 first time and a few seconds after.
 
@@ -23,7 +23,7 @@ import pytest
 from tests.helpers import ROOT
 
 AUDIT = Path(__file__).resolve().parent / "audit"
-VENV_VARIABLE = "GPUCLI_TOUR_VENV"
+VENV_VARIABLE = "README_VENV_FOR_TOUR"
 CACHED_VENV = Path.home() / ".cache" / "gpucli-tests" / "readme-venv"
 README_INSTALL = "pip install -e ."
 # What only the test extra (or another extra) brings: were any of these importable in the README
