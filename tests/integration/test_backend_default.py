@@ -69,7 +69,7 @@ def test_auto_runs_onnx_only_for_the_model_types_whose_graph_gpucli_checks(tmp_p
     from gpucli.tasks import create_task
 
     monkeypatch.setattr("gpucli.models.devices.visible_gpu_count", lambda: 0)
-    monkeypatch.setattr("gpucli.models.backends.onnx_available", lambda: True)
+    monkeypatch.setattr("gpucli.models.backends.onnx_available", lambda cached=None: True)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the export check memoises digests there
     task = create_task(TaskSpec("embed", _model_dir(tmp_path, model_type), {"backend": "auto"}))
     task.open()

@@ -793,6 +793,30 @@ def test_the_parent_says_so_when_the_workers_will_export_the_model_first(tmp_pat
     assert not ox.text_encoder_cached(model, "int8", cache_root=tmp_path)  # int8 is an entry of its own
 
 
+def test_an_onnx_that_does_not_import_leaves_a_new_output_on_torch_with_one_line_saying_why(tmp_path):
+    """An onnx package found but not importable (a damaged install; one shadowed on PYTHONPATH, as
+    a check of the README install does) on a cache without the graph: `auto` takes torch and says
+    so in one line, where every worker failed its export on every batch. A graph already cached
+    needs onnxruntime alone, and that run stays on ONNX Runtime."""
+    import os
+    import subprocess
+    import sys
+
+    shadow = tmp_path / "shadow" / "onnx"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise ImportError("onnx is shadowed")\n')
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(ROOT)])}
+    env.pop("GPUCLI_BACKEND", None)  # conftest pins the suite to torch
+    docs = ROOT / "sample_data" / "docs" / "science"
+    out = tmp_path / "e.parquet"
+    result = subprocess.run([sys.executable, "-m", "gpucli", "embed", str(docs), "--out", str(out), "--progress",
+                             "plain", "--devices", "cpu"], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "does not import, so this run uses torch" in result.stderr
+    assert _metadata(out)["gpucli.runtime"] == "torch"
+
+
 # --- issue 34: an ONNX run needs neither torch nor transformers, in any process ----------------
 NO_TORCH_HOOK = '''
 import sys

@@ -105,6 +105,24 @@ def test_the_host_is_looked_up_only_as_far_as_the_choice_needs(monkeypatch):
     assert Host.looked_up("auto").devices == ("cpu",)
 
 
+def test_an_onnx_that_does_not_import_is_not_available_unless_the_graph_is_cached(monkeypatch):
+    """Found is not enough: an onnx that fails to import cannot export, and `auto` must take torch
+    (gpucli.models.backends.onnx_available). A cached graph needs onnxruntime alone."""
+    import sys
+
+    from gpucli.models import backends
+
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setitem(sys.modules, "onnx", None)  # `import onnx` raises ImportError
+    backends._onnx_imports.cache_clear()
+    try:
+        assert not backends.onnx_available()
+        assert not backends.onnx_available(lambda: False)
+        assert backends.onnx_available(lambda: True)
+    finally:
+        backends._onnx_imports.cache_clear()
+
+
 # --- backend_default: which --backend an output runs -----------------------------------------------
 def _config(engine: str = "local", devices: str = "auto", **options) -> RunConfig:
     return RunConfig(task="embed", paths=("x",), engine=engine, devices=devices, task_options=options)

@@ -96,7 +96,7 @@ def _loaded_task(model: str, dims: int = 0) -> Any:
     from gpucli.models.backends.onnx.export import text_encoder_cached
 
     task = _query_task(model, dims)
-    runtime = query_runtime(asked(), not hasattr(task, "query_text"), onnx_available(),
+    runtime = query_runtime(asked(), not hasattr(task, "query_text"), onnx_available(lambda: text_encoder_cached(task.path)),
                             lambda: text_encoder_cached(task.path))
     if runtime is Runtime.ONNX:
         if not text_encoder_cached(task.path):  # GPUCLI_BACKEND=onnx: the search looks stalled without a word

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
+from functools import cache
 
 BACKENDS = ("auto", "torch", "onnx")
 QUANTIZATIONS = ("", "int8")
@@ -19,9 +20,28 @@ QUANTIZATIONS = ("", "int8")
 INSTALL = "pip install onnx onnxruntime (part of gpucli's install; on CUDA hosts onnxruntime-gpu instead of onnxruntime)"
 
 
-def onnx_available() -> bool:
-    """Both halves of the `onnx` extra are importable (without importing them)."""
-    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+def onnx_available(cached: Callable[[], bool] | None = None) -> bool:
+    """ONNX Runtime can run the model here: onnxruntime is installed, and so is onnx unless the
+    model's graph is in the cache already (`cached()`: loading a graph needs the runtime alone).
+
+    onnx is known usable by importing it (~0.6 s, and only when an export follows, which costs
+    5-15 s): a package that is found but does not import (a damaged install, or one shadowed on
+    PYTHONPATH) counted as installed, and every worker then failed its export on every batch
+    instead of the run taking torch with one line saying why."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        return False
+    if cached is not None and cached():
+        return True
+    return _onnx_imports()
+
+
+@cache
+def _onnx_imports() -> bool:
+    try:
+        import onnx  # noqa: F401 - only whether it imports
+    except Exception:  # noqa: BLE001 - any failure to import means it cannot export: torch, with a note
+        return False
+    return True
 
 
 def host_devices() -> list[str]:

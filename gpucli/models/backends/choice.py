@@ -15,6 +15,7 @@ use a GPU). Nothing here imports a task, torch or onnxruntime.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -38,13 +39,14 @@ class Host:
     onnx_installed: bool = False
 
     @classmethod
-    def looked_up(cls, choice: str) -> Host:
+    def looked_up(cls, choice: str, cached: Callable[[], bool] | None = None) -> Host:
         """This host's facts, only those `choice` needs: `torch` none, `onnx` the extra, `auto`
-        both (the GPU count, without a CUDA context: gpucli.models.devices)."""
+        both (the GPU count, without a CUDA context: gpucli.models.devices). `cached()`: whether
+        the model's graph is exported already, when onnx itself is not needed to run it."""
         from gpucli.models.backends import host_devices, onnx_available
 
         devices = tuple(host_devices()) if choice == "auto" else ()
-        return cls(devices, choice != "torch" and onnx_available())
+        return cls(devices, choice != "torch" and onnx_available(cached))
 
 
 def choose_backend(spec: Spec, choice: str, quantize: str = "", onnx_on_cpu: bool = False,
@@ -69,14 +71,16 @@ def choose_backend(spec: Spec, choice: str, quantize: str = "", onnx_on_cpu: boo
 def fallback_notices(spec: Spec, choice: str, quantize: str = "", onnx_on_cpu: bool = False,
                      host: Host = Host()) -> list[str]:
     """One line when `auto` takes the slower path for want of a package: a new output on a CPU host,
-    for a model ONNX Runtime runs faster, with onnx or onnxruntime missing (both are part of
-    gpucli's install, so this is a damaged install). Without it a user sees only a slow run."""
+    for a model ONNX Runtime runs faster, with onnx or onnxruntime missing or failing to import
+    (both are part of gpucli's install, so this is a damaged install). Without it a user sees
+    only a slow run."""
     kept = getattr(spec, "runtime", "")
     if choice != "auto" or quantize or kept in ("torch", "onnx") or not onnx_on_cpu or host.onnx_installed:
         return []
     if not all_cpu(list(host.devices)):
         return []
-    return [f"ONNX Runtime is not installed, so this run uses torch, about 2 x slower on this CPU: {INSTALL}"]
+    return ["onnx or onnxruntime is not installed or does not import, so this run uses torch, about 2 x slower on "
+            f"this CPU: {INSTALL}"]
 
 
 def _runtime(choice: str, quantize: str, onnx_on_cpu: bool, host: Host, kept: str) -> str:

@@ -81,7 +81,7 @@ class ClassifyTask(ClassifyBase):
                 from gpucli.models.backends import export_notices
                 from gpucli.models.backends.choice import Host, fallback_notices
 
-                host = Host.looked_up(self.options.backend)
+                host = Host.looked_up(self.options.backend, _lite0_cached)
                 slower = fallback_notices(self.spec, self.options.backend, onnx_on_cpu=self.spec.model == LITE0,
                                           host=host)
                 self.spec = self._chosen()  # workers run what the parent chose
@@ -111,7 +111,7 @@ class ClassifyTask(ClassifyBase):
         from gpucli.models.backends.choice import Host, choose_backend
 
         return choose_backend(self.spec, self.options.backend, onnx_on_cpu=self.spec.model == LITE0,
-                              host=Host.looked_up(self.options.backend))
+                              host=Host.looked_up(self.options.backend, _lite0_cached))
 
     def info(self) -> dict[str, str]:
         self.open()

@@ -122,7 +122,8 @@ class EmbedTask(EmbedBase):
                              f"{self.window} text tokens{taken}")
         # `auto` = onnx on a host without a GPU (benchmarks/RESULTS.md, ONNX: equal vectors, faster),
         # for the model types whose exported graph gpucli checks against torch; an existing output keeps its own
-        host, onnx_on_cpu = Host.looked_up(self.options.backend), config.get("model_type") in FUSED_MODEL_TYPES
+        onnx_on_cpu = config.get("model_type") in FUSED_MODEL_TYPES
+        host = Host.looked_up(self.options.backend, lambda: text_encoder_cached(self.path, self.options.quantize))
         slower = fallback_notices(self.spec, self.options.backend, self.options.quantize, onnx_on_cpu, host)
         self.spec = choose_backend(self.spec, self.options.backend, self.options.quantize,  # workers run the choice
                                    onnx_on_cpu=onnx_on_cpu, host=host)
