@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import io
+import json
 import os
 import signal
 import sys
@@ -17,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -30,18 +32,45 @@ EXIT_JOIN_S = 10.0  # what the other threads get to finish once the run has ende
 EXIT_HANDLERS_S = 20.0  # what the atexit handlers get, after that
 
 
+@dataclass
+class JsonEnding:
+    """With --json, a command that ends before its summary (a usage error, a lock held, a store
+    unreachable, a stop during set-up) still prints one JSON object on stdout: the summary's
+    fields with its exit code and its one-line error. A service that parses stdout got nothing
+    at all from such an end before, and had to scrape stderr."""
+
+    task: str
+    model: str = ""
+    wanted: bool = False
+
+    def say(self, exit_code: int, message: str) -> None:
+        if self.wanted:
+            from gpucli.core.summary import RunSummary
+
+            summary = RunSummary(self.task, self.model, exit_code=exit_code, error=message)
+            print(json.dumps(summary.to_dict(), ensure_ascii=False), flush=True)
+
+
 class Terminated(BaseException):
     """SIGTERM outside the engine's own handling (imports, set-up). A BaseException, as
     KeyboardInterrupt is, so that no `except Exception` on the way swallows it."""
 
 
 @contextmanager
-def exit_codes() -> Iterator[None]:
+def exit_codes(ending: JsonEnding | None = None) -> Iterator[None]:
     """Whatever ends a command early becomes one line on stderr and its exit code: typed
     errors their own, Ctrl-C 130, SIGTERM 143, anything unexpected 3 (a bug: the traceback
-    is shown with GPUCLI_DEBUG=1, never by default). Its extent is the command's: the stops
-    raise inside it (`stops_raise`), and exit at once outside it (gpucli.core.signals.exit_at_once)."""
+    is shown with GPUCLI_DEBUG=1, never by default); with `ending` (a task's --json), the same as
+    one JSON object on stdout. Its extent is the command's: the stops raise inside it
+    (`stops_raise`), and exit at once outside it (gpucli.core.signals.exit_at_once)."""
     debug = bool(os.environ.get("GPUCLI_DEBUG"))
+    ending = ending or JsonEnding("")
+
+    def end(code: int, message: str) -> typer.Exit:
+        error(message)
+        ending.say(code, message)
+        return typer.Exit(code)
+
     try:
         with stops_raise():
             yield
@@ -50,26 +79,21 @@ def exit_codes() -> Iterator[None]:
     except GpucliError as exc:
         if debug:
             raise
-        error(str(exc))
-        raise typer.Exit(exc.exit_code) from None
+        raise end(exc.exit_code, str(exc)) from None
     except KeyboardInterrupt as exc:
         if getattr(exc, "signum", signal.SIGINT) == signal.SIGTERM:  # gpucli.core.signals.Interrupted
-            error(STOP_LINES[signal.SIGTERM])
-            raise typer.Exit(EXIT_SIGTERM) from None
-        error(STOP_LINES[signal.SIGINT])
-        raise typer.Exit(EXIT_SIGINT) from None
+            raise end(EXIT_SIGTERM, STOP_LINES[signal.SIGTERM]) from None
+        raise end(EXIT_SIGINT, STOP_LINES[signal.SIGINT]) from None
     except Terminated:
-        error(STOP_LINES[signal.SIGTERM])
-        raise typer.Exit(EXIT_SIGTERM) from None
+        raise end(EXIT_SIGTERM, STOP_LINES[signal.SIGTERM]) from None
     except BrokenPipeError:  # `gpucli search ... | head`: the reader left; not a bug
         _silence_stdout()
         raise typer.Exit(EXIT_BROKEN_PIPE) from None
     except Exception as exc:  # the boundary: a bug becomes exit 3, not a traceback in a log
         if debug:
             raise
-        error(f"internal error: {internal_message(exc)} (a bug in gpucli; rerun with GPUCLI_DEBUG=1 "
-              "for the traceback)")
-        raise typer.Exit(EXIT_RUN_FAILED) from None
+        raise end(EXIT_RUN_FAILED, f"internal error: {internal_message(exc)} (a bug in gpucli; rerun with "
+                  "GPUCLI_DEBUG=1 for the traceback)") from None
 
 
 @contextmanager

@@ -25,6 +25,7 @@ import typer
 from gpucli import __version__
 from gpucli.app import entry, other_commands
 from gpucli.app.boundary import (
+    JsonEnding,
     error,
     exit_codes,
     exit_now_after_a_cut_ray_start,
@@ -116,8 +117,10 @@ def _task_help(task_cls: type) -> str:
 def _run_task(task_cls: type, cli: dict[str, Any], config_file: Path | None) -> None:
     """Config, model check, engine, summary; the exit code is the summary's."""
     quiet = bool(cli.get("quiet"))
-    with exit_codes():
+    ending = JsonEnding(task_cls.name, str(cli.get("model") or ""), wanted=bool(cli.get("json")))
+    with exit_codes(ending):
         config = build_config(task_cls.name, task_cls.Options, cli, config_file, every_option=every_option_name)
+        ending.model, ending.wanted = config.model, config.json
         check_model(task_cls, config.model, config.task_options)
         from gpucli.engines import run_engine  # the engine's modules: only once a run is sure to start
 

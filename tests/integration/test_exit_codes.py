@@ -105,3 +105,37 @@ def test_no_input_through_include_names_the_globs_that_matched_nothing(tree, tmp
     assert run(config).exit_code == EXIT_RUN_FAILED
     line = _no_input_line(capsys)
     assert "saw 1 file(s), none matching --include '*.md'" in line, line
+
+
+def test_with_json_every_early_end_still_prints_one_json_object_with_its_code_and_error(tree, tmp_path):
+    """A service parsing stdout gets an answer on every end, not silence: a usage error (exit 2)
+    and a lock held by another run (75) end before any summary, and print one anyway."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from gpucli.app.cli import app
+    from gpucli.core.errors import EXIT_LOCKED, EXIT_USAGE
+    from gpucli.output.lock import RunLock
+
+    root = tree({"a.txt": "alpha\n"})
+    wrong = CliRunner().invoke(app, ["embed", str(root), "--out", "qdrant:http://127.0.0.1:6333/docs", "--json"])
+    assert wrong.exit_code == EXIT_USAGE
+    (line,) = wrong.stdout.splitlines()
+    ended = json.loads(line)
+    assert ended["exit_code"] == EXIT_USAGE and "qdrant://HOST:PORT/COLLECTION" in ended["error"]
+    assert ended["task"] == "embed" and ended["succeeded"] == 0
+    assert not (Path.cwd() / "http:").exists(), "a URL after qdrant: is not a local directory"
+
+    out = tmp_path / "out.parquet"
+    holder = RunLock(Path(f"{out}.gpucli"))
+    holder.acquire(str(out))
+    try:
+        held = CliRunner().invoke(app, ["embed", str(root), "--out", str(out), "--json"])
+    finally:
+        holder.release()
+    assert held.exit_code == EXIT_LOCKED
+    assert json.loads(held.stdout.splitlines()[-1])["exit_code"] == EXIT_LOCKED
+    quiet = CliRunner().invoke(app, ["embed", str(root), "--out", "qdrant:http://h/docs"])
+    assert quiet.exit_code == EXIT_USAGE and quiet.stdout == "", "without --json, stdout stays empty"

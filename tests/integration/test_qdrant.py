@@ -88,6 +88,8 @@ def test_embedded_state_and_failures_file_live_beside_the_storage():
     ("qdrant:./d/docs?text=maybe", "text="),
     ("qdrant:./d/docs?batch=5000", "64-256"),
     ("qdrant:./d/docs?colour=red", "unknown Qdrant output option"),
+    ("qdrant:http://127.0.0.1:6333/docs", "a server is named qdrant://HOST:PORT/COLLECTION"),  # not a dir "http:"
+    ("qdrant:HTTPS://db.example:443/docs", "qdrants:// for HTTPS"),
 ])
 def test_bad_targets_are_usage_errors(target, needle):
     with pytest.raises(UsageError, match=re.escape(needle)):

@@ -20,6 +20,7 @@ NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
 OPTIONS = {"text": "true/false: store chunk text in the payload (default true)",
            "batch": "points per upsert, 64-256 (default 128)"}
 SCHEMES = ("qdrant://", "qdrants://", "qdrant:")
+URL_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://", re.I)  # qdrant:http://..., qdrant:s3://...: not a local path
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,10 @@ def _parse_server(target: str) -> Target:
 
 
 def _parse_local(rest: str) -> Target:
+    scheme = URL_SCHEME.match(rest)
+    if scheme:  # qdrant:http://host:6333/docs made a local directory named "http:" in the working directory
+        raise UsageError(f"qdrant:{rest}: a server is named qdrant://HOST:PORT/COLLECTION "
+                         f"(qdrants:// for HTTPS); qdrant:PATH/COLLECTION is embedded Qdrant in a local directory")
     path, _, query = rest.partition("?")
     options = _options(query)
     path = path.rstrip("/")
