@@ -110,6 +110,14 @@ class Progress:
 
     def warn(self, message: str) -> None:
         """Why a run failed as a whole ("no input"): shown with --progress off too, not with --quiet."""
+        self._say(message)
+
+    def note(self, message: str) -> None:
+        """What a user must know of this run (a slower fallback, a first export, a compaction):
+        shown with --progress off too, as the summary is (cron logs), not with --quiet."""
+        self._say(f"note: {message}")
+
+    def _say(self, message: str) -> None:
         if type(self).log is not Progress.log:
             self.log(message)
         elif not self.quiet:

@@ -114,7 +114,7 @@ class Job:
         self.summary.out, self.summary.failures_file = self.output.display, failures.path
         for notice in [*getattr(self.task, "notices", []), *getattr(self.output.sink, "notices", []),
                        *self.output.notices]:
-            self.progress.log(f"note: {notice}")
+            self.progress.note(notice)
         self.accounts = Accounts(self.task, self.output, self.summary, self.counts, self.schema,
                                  dedup.InRun() if self.deduplicates else None)
 
@@ -213,7 +213,7 @@ class Job:
         try:
             self.output.close(written)
             for line in self.output.closing_notes:
-                self.progress.log(f"note: {line}")
+                self.progress.note(line)
             if self.counts.walk_done and outcome.found_nothing(self.config, self.counts) and not self.summary.failed \
                     and not self.summary.skipped:
                 self.output.discard()  # a mistaken path leaves no empty output behind (a run that ended,

@@ -64,6 +64,17 @@ def test_the_start_line_is_printed_in_plain_and_rich_modes_but_not_quiet(capsys)
     assert "gpucli 1.2.3 embed: model [m]; out o.parquet" in ANSI.sub("", buffer.getvalue())
 
 
+def test_a_note_is_shown_with_progress_off_as_the_summary_is_and_not_with_quiet(capsys):
+    """A cron user runs with --progress off: "this run uses torch, 2 x slower" must still reach the log."""
+    make_progress("off", False, "embed", "tokens").note("this run uses torch")
+    assert capsys.readouterr().err == "gpucli: note: this run uses torch\n"
+    make_progress("off", True, "embed", "tokens").note("this run uses torch")
+    assert capsys.readouterr().err == ""
+    stream = io.StringIO()
+    PlainProgress("embed", "tokens", stream=stream).note("exported")
+    assert stream.getvalue().rstrip().endswith("gpucli: note: exported")
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
