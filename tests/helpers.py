@@ -335,3 +335,14 @@ def sigkill_after_parts(script: str, out: Path, parts: int = 3, timeout_s: float
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def refusal(stdout: str, exit_code: int) -> dict:
+    """What `--json` prints when a command is refused before its run (a usage error, a root that
+    cannot be listed): exactly one JSON object, with its exit code, its error and no work counted."""
+    import json
+
+    (line,) = stdout.splitlines()
+    ended = json.loads(line)
+    assert ended["exit_code"] == exit_code and ended["error"] and ended["succeeded"] == ended["rows"] == 0, ended
+    return ended

@@ -26,7 +26,7 @@ pytest.importorskip("moto.server")
 from gpucli.app.cli import app
 from gpucli.core.errors import RunFailedError
 from gpucli.inputs.stores import retry, roots
-from tests.helpers import SAMPLE, read_rows, run_fake, run_with
+from tests.helpers import SAMPLE, read_rows, refusal, run_fake, run_with
 from tests.s3_server import SECRET, S3Server, use_server
 
 TEXTS = {"a.txt": "alpha beta gamma\nsecond line here\n", "b.txt": "one two three four\n",
@@ -267,7 +267,7 @@ def test_a_bucket_that_does_not_exist_is_refused_before_any_work_naming_the_root
         assert result.exit_code == 2, result.output
         assert result.stderr.splitlines() == ["gpucli: error: s3://no-such-bucket-here/tree: no such bucket "
                                               "(NoSuchBucket (404)); check the bucket name in the URL and the region"]
-        assert result.stdout == "" and list(tmp_path.iterdir()) == []
+        assert refusal(result.stdout, result.exit_code) and list(tmp_path.iterdir()) == []
         assert SECRET not in result.output
 
 
@@ -275,7 +275,7 @@ def test_a_dry_run_refuses_a_missing_bucket_as_a_run_does(s3, tmp_path):
     """--dry-run answers what a run would do: a missing bucket is exit 2, not a 'fail' line and 0."""
     result = refused("s3://no-such-bucket-here/tree", tmp_path / "out.parquet", "--dry-run")
     assert result.exit_code == 2, result.output
-    assert "no such bucket" in result.stderr and result.stdout == ""
+    assert "no such bucket" in result.stderr and "no such bucket" in refusal(result.stdout, 2)["error"]
 
 
 @pytest.mark.parametrize("root,denied", [("tree", ("tree",)), ("", ("",))], ids=["prefix", "bucket"])
@@ -310,7 +310,7 @@ def test_a_root_whose_listing_keeps_failing_is_a_run_error_every_time(s3, bucket
         assert result.stderr.splitlines() == [f"gpucli: error: s3://{bucket}/tree: cannot list it: the store kept "
                                               "failing (after 4 attempts: InternalError (500)); nothing was written, "
                                               "and a rerun tries again"]
-        assert result.stdout == "" and list(tmp_path.iterdir()) == []
+        assert refusal(result.stdout, result.exit_code) and list(tmp_path.iterdir()) == []
     s3.clear_faults()
     assert run_fake([f"s3://{bucket}/tree"], out).succeeded == 5
 
@@ -331,7 +331,7 @@ def test_no_credentials_is_a_usage_error_naming_where_they_are_looked_for_on_eve
         assert result.stderr.splitlines() == ["gpucli: error: s3://no-such-bucket-xyz: cannot list it "
                                               "(NoCredentialsError: Unable to locate credentials); "
                                               f"{roots.CREDENTIALS['s3fs']}"]
-        assert result.stdout == "" and list(work.iterdir()) == []
+        assert refusal(result.stdout, 2) and list(work.iterdir()) == []
 
 
 @pytest.mark.parametrize("engine", ["local", "ray"])

@@ -25,7 +25,7 @@ from gpucli.app.cli import app
 from gpucli.core.errors import RunFailedError, UsageError
 from gpucli.inputs.stores import retry, roots
 from tests.fake_task import FAKE
-from tests.helpers import read_rows, run_fake, run_with, write_tree
+from tests.helpers import read_rows, refusal, run_fake, run_with, write_tree
 from tests.store_emulators import (
     AzuriteServer,
     GcsEmulator,
@@ -185,7 +185,7 @@ def test_a_bucket_that_does_not_exist_is_refused_before_any_work_naming_the_root
         assert line.startswith(f"gpucli: error: {root}: no such {kind} (") and line.endswith(
             f"check the {kind} name in the URL"), line
         assert store.protocol != "az" or "(ContainerNotFound (404))" in line, "the store's own code, where it gives one"
-        assert result.stdout == "" and list(tmp_path.iterdir()) == []
+        assert refusal(result.stdout, result.exit_code) and list(tmp_path.iterdir()) == []
 
 
 def test_a_store_that_cannot_be_reached_is_a_run_error_every_time(store, bucket, tmp_path, monkeypatch,
@@ -206,7 +206,7 @@ def test_a_store_that_cannot_be_reached_is_a_run_error_every_time(store, bucket,
         [line] = result.stderr.splitlines()
         assert line.startswith(f"gpucli: error: {root}: cannot list it: the store kept failing (after 4 attempts: ")
         assert line.endswith("nothing was written, and a rerun tries again"), line
-        assert result.stdout == "" and list(tmp_path.iterdir()) == []
+        assert refusal(result.stdout, result.exit_code) and list(tmp_path.iterdir()) == []
 
 
 def test_many_keys_are_listed_a_page_at_a_time(store, monkeypatch):
@@ -265,7 +265,7 @@ def test_the_azurite_key_is_never_printed(azurite_server, tmp_path, monkeypatch,
     assert isinstance(dead.exception, RunFailedError) and "after 4 attempts" in str(dead.exception), dead.output
     assert not (tmp_path / "dead.parquet").exists() and not (tmp_path / "dead.failures.jsonl").exists()
     denied = run("wrong", server.connection_string(key=wrong), debug=False)  # the command must change: exit 2
-    assert denied.exit_code == 2 and denied.stdout == "", denied.output
+    assert denied.exit_code == 2 and refusal(denied.stdout, 2), denied.output
     assert denied.stderr.splitlines() == ["gpucli: error: az://secrets/tree: access denied (AuthorizationFailure "
                                           "(403)): the credentials may not list it; check the policy (or the key) "
                                           f"for this prefix ({roots.CREDENTIALS['adlfs']})"]

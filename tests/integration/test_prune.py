@@ -168,8 +168,8 @@ def test_cli_prune_that_would_empty_the_output_exits_3_and_deletes_nothing(tree,
     out = tmp_path / "out.parquet"
     assert cli(str(root / "docs"), "--out", str(out))[1]["succeeded"] == 2  # rows: a.txt, b.txt
     code, summary, err = cli(str(root), "--out", str(out), "--prune")  # now: docs/a.txt, docs/b.txt
-    assert code == 3 and summary is None, err
-    assert "gpucli: error:" in err and "--prune-all" in err
+    assert code == 3 and summary["exit_code"] == 3 and "--prune-all" in summary["error"], err  # --json: one object
+    assert summary["succeeded"] == 0 and "gpucli: error:" in err and "--prune-all" in err
     assert {"a.txt", "b.txt"} <= set(rows_by_path(out))
 
 
