@@ -129,6 +129,22 @@ class RunConfig:
     prune_all: bool = option(False, "--prune-all", panel=Panel.INCREMENTAL, help=(  # implies prune
         "--prune, even when it would remove every row of the output or a root is empty (refused otherwise, "
         "exit 3)."))
+    # --watch (docs/watch.md): after the run, stay up and keep the output in step with the tree
+    watch: bool = option(False, "--watch", panel=Panel.INCREMENTAL, help=(
+        "After the run, stay up and keep the output in step with the tree: changed files are read once they "
+        "are quiet, with the model loaded once; stop with Ctrl-C or SIGTERM (docs/watch.md)."))
+    watch_debounce_ms: float = option(500.0, "--watch-debounce-ms", panel=Panel.INCREMENTAL, check=lambda v: v > 0,
+                                      must="--watch-debounce-ms must be positive", help=(
+        "With --watch: a changed file is read once no event came for this long and its size and mtime held "
+        "still (default: 500)."))
+    watch_rescan_s: float = option(600.0, "--watch-rescan-s", panel=Panel.INCREMENTAL, check=lambda v: v >= 0,
+                                   must="--watch-rescan-s must be 0 (never) or positive", help=(
+        "With --watch: a full incremental walk this often, for what events miss (network file systems, an "
+        "overflowed event queue); 0 = never (default: 600)."))
+    watch_poll_s: float = option(60.0, "--watch-poll-s", panel=Panel.INCREMENTAL, check=lambda v: v > 0,
+                                 must="--watch-poll-s must be positive", help=(
+        "With --watch on s3://, gs:// or az:// roots (no events there): list them again this often "
+        "(default: 60)."))
     engine: str = option("local", "--engine", panel=Panel.ENGINE, choices=ENGINE_NAMES, help=(
         "local | ray (default: local). ray needs: pip install 'gpucli[ray]'."))
     ray_address: str = option("", "--ray-address", panel=Panel.ENGINE, help=(
@@ -155,6 +171,8 @@ class RunConfig:
     part_rows: int = setting(10_000, lambda v: v >= 1, "part_rows must be positive")
     flush_s: float = 30.0
     max_restarts: int = setting(16, lambda v: v >= 0, "max_restarts must be 0 or positive")
+    # --watch: changed paths held while they settle; past this many the watch walks the tree again instead
+    watch_pending_max: int = setting(20_000, lambda v: v >= 1, "watch_pending_max must be positive")
     task_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -169,12 +187,23 @@ class RunConfig:
                    "--text-column and --id-column must name two different columns")
         if not self.paths:
             raise UsageError("give at least one file or directory to read (or --from TABLE)")
+        if self.watch:
+            _check_watch(self)
         for f in dataclasses.fields(self):
             value, declared = getattr(self, f.name), f.metadata
             if declared.get("choices"):
                 one_of(declared["flags"][0], value, declared["choices"])
             elif declared.get("check") is not None:
                 _check(declared["check"](value), declared["must"])
+
+
+def _check_watch(config: RunConfig) -> None:
+    """--watch keeps one output in step with a tree, on this machine's workers."""
+    for refused, why in ((config.engine != EngineName.LOCAL.value, "--engine ray (it runs on the local engine)"),
+                         (config.dry_run, "--dry-run (a dry run writes nothing to keep in step)"),
+                         (bool(config.from_table), "--from (it watches files, not a table's rows)"),
+                         (config.limit > 0, "--limit (a limited walk cannot keep an output in step)")):
+        _check(not refused, f"--watch does not go with {why}")
 
 
 def one_of(flag: str, value: str, choices: tuple[str, ...]) -> None:

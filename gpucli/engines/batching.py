@@ -218,6 +218,11 @@ class Batcher:
     def idle(self) -> bool:
         return self.input_done and not self.windows.count and not self.windows.has_ready()
 
+    def reopen(self) -> None:
+        """A watch's next pass: more input comes after the end that was read (the batcher is idle)."""
+        assert self.idle(), "a batcher reopened with items left. This is a bug."
+        self.input_done = False
+
     async def next(self, interrupt: asyncio.Future | None = None) -> Items | None:
         """The next batch; None at the end of input, or when `interrupt` finished first (the
         pool changed: a batch to resend, a worker back) so the caller can look again. The

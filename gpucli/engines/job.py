@@ -206,7 +206,7 @@ class Job:
         self.inputs.stop_counting()
         self.counts.walk_done = True
         if self.config.prune:
-            self.summary.pruned = self.output.prune(self.inputs.report, self.config.prune_all, self.progress.log)
+            self.summary.pruned += self.output.prune(self.inputs.report, self.config.prune_all, self.progress.log)
 
     def close(self, written: bool) -> None:
         self.inputs.stop_counting()

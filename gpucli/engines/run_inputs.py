@@ -59,6 +59,10 @@ class RunInputs:
         self.report = WalkReport(exclude_patterns=tuple(p for p in config.exclude if not p.startswith("!")))
         self._stop_count = threading.Event()  # the counting walk's (count_ahead): its number is no longer needed
 
+    def new_walk(self) -> None:
+        """A watch walks the whole tree again: the report says what this walk sees (--prune)."""
+        self.report = WalkReport(exclude_patterns=self.report.exclude_patterns)
+
     def walk_filter(self, suffixes: tuple[str, ...], extensionless: bool = False) -> WalkFilter:
         """The task's suffixes, or --include's globs, less --exclude's; extensionless text files too
         for a task that reads text (`extensionless`)."""

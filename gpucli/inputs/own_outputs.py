@@ -102,3 +102,19 @@ def _is_dir_or_link_to_one(entry: os.DirEntry) -> bool:
         return entry.is_dir(follow_symlinks=True)
     except OSError:
         return False
+
+
+def is_output_path(path: str) -> bool:
+    """Whether the directory at `path` is an output the walk leaves out, as `is_output_dir` on its
+    listing or `outputs_among` on its parent's would say, without listing either (a watch asks for
+    each directory above a changed file): a Parquet dataset or embedded Qdrant storage, or a
+    directory with a state `path.gpucli/` beside it."""
+    if _has_ledger(os.path.join(path, PARQUET_STATE)) or _has_ledger(path + STATE_SUFFIX):
+        return True
+    if not os.path.isfile(os.path.join(path, "meta.json")):
+        return False
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return any(name.endswith(STATE_SUFFIX) and _has_ledger(os.path.join(path, name)) for name in names)

@@ -113,8 +113,9 @@ class _Walker:
                 if not found and rel not in self.report.unlisted:
                     self.report.empty_roots.append(rel)
 
-    def _tree(self, root: str, real_root: str) -> Iterator[list[Source | Failure]]:
-        stack = [(root, real_root)]
+    def _tree(self, root: str, real_root: str, start: tuple[str, str] | None = None) -> Iterator[list[Source | Failure]]:
+        """The tree under `root`, or only under its directory `start` (path, real path)."""
+        stack = [start or (root, real_root)]
         while stack:
             directory, real = stack.pop()
             if real in self.seen_dirs:
@@ -135,14 +136,15 @@ class _Walker:
             stack.extend(reversed(subdirs))
 
     def _entries(self, directory: str, real: str, entries: list[os.DirEntry], real_root: str,
-                 subdirs: list) -> Iterator[list[Source | Failure]]:
+                 subdirs: list, excluded: set[str] | tuple[()] | None = None) -> Iterator[list[Source | Failure]]:
         """One directory's entries, in blocks of up to WALK_BLOCK. Plain files (the bulk of a
         tree) take a short path: the directory's relative path is computed once, and the entry's
         type comes from the listing (no system call); only their `stat` remains. Everything else
-        goes through `_entry`."""
+        goes through `_entry`. `excluded`: the names never read, when `entries` is not the whole
+        listing they are learnt from."""
         rel_dir = _rel(directory, self.base)
         prefix = "" if rel_dir == "." else rel_dir + "/"
-        excluded = self._excluded_names(real, entries)
+        excluded = self._excluded_names(real, entries) if excluded is None else excluded
         why_not = self.flt.why_not
         by_suffix = self.flt.suffixes if not self.flt.include and not self.flt.exclude else None
         out: list[Source | Failure] = []

@@ -210,7 +210,47 @@ class _LedgerFile:
     def reset_done(self) -> None:
         self.set_meta("resetting", None)
 
-class Ledger(_LedgerFile):
+
+class _SeenPaths(_LedgerFile):
+    """What a walk saw, for --prune, and what a watch saw go."""
+
+    # --- what this run's walk saw, for --prune ----------------------------------------------
+    # A temporary table of this connection (on disk, gone when the ledger closes): the set of
+    # seen paths grows with the tree, so it does not live in the parent's memory.
+    def mark_seen(self, paths: list[str]) -> None:
+        """Called by reader threads, once per chunk of the walk."""
+        with self._lock, self._db:
+            self._db.execute(SEEN)
+            self._db.execute("begin")
+            self._db.executemany("insert or ignore into temp.seen values (?)", ((p,) for p in paths))
+
+    def clear_seen(self) -> None:
+        """A watch's next walk of the whole tree starts with nothing seen."""
+        with self._lock:
+            self._db.execute(SEEN)
+            self._db.execute("delete from temp.seen")
+
+    def unseen_done(self) -> list[str]:
+        """Inputs done earlier that this run's walk did not find."""
+        with self._lock:
+            self._db.execute(SEEN)
+            return [row[0] for row in self._db.execute(
+                "select path from files where status=? and path not in (select path from temp.seen)", (DONE,))]
+
+    def known_at(self, paths: list[str], under: list[str]) -> list[str]:
+        """The inputs the ledger knows (done or failed) among `paths`, and under the directories
+        `under` (a path `d/...`: a range of the primary key, '0' being the character after '/')."""
+        found: list[str] = []
+        with self._lock:
+            for path in paths:
+                found += [row[0] for row in self._db.execute("select path from files where path=?", (path,))]
+            for directory in under:
+                found += [row[0] for row in self._db.execute("select path from files where path >= ? and path < ?",
+                                                             (directory + "/", directory + "0"))]
+        return found
+
+
+class Ledger(_SeenPaths):
     """Thread-safe: reader threads look up, the writer thread marks done, failed and unchanged
     (the event loop never writes it: gpucli/output/commit.py).
     Errors of the file system or of the file are OutputError (LedgerDamaged: see `_Guarded`)."""
@@ -275,23 +315,6 @@ class Ledger(_LedgerFile):
     def done_paths(self) -> list[str]:
         with self._lock:
             return [row[0] for row in self._db.execute("select path from files where status=?", (DONE,))]
-
-    # --- what this run's walk saw, for --prune ----------------------------------------------
-    # A temporary table of this connection (on disk, gone when the ledger closes): the set of
-    # seen paths grows with the tree, so it does not live in the parent's memory.
-    def mark_seen(self, paths: list[str]) -> None:
-        """Called by reader threads, once per chunk of the walk."""
-        with self._lock, self._db:
-            self._db.execute(SEEN)
-            self._db.execute("begin")
-            self._db.executemany("insert or ignore into temp.seen values (?)", ((p,) for p in paths))
-
-    def unseen_done(self) -> list[str]:
-        """Inputs done earlier that this run's walk did not find."""
-        with self._lock:
-            self._db.execute(SEEN)
-            return [row[0] for row in self._db.execute(
-                "select path from files where status=? and path not in (select path from temp.seen)", (DONE,))]
 
     def has_done(self) -> bool:
         with self._lock:

@@ -46,6 +46,8 @@ class Writer:
         self._last_part = time.monotonic()
         self._wake = asyncio.Event()
         self._closed = False
+        self._asked = self._served = 0  # flushes asked for, and the last one whose commit is durable
+        self._served_changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucli-writer")  # its own: never
         # queued behind reader threads, and one at a time keeps commits in order
@@ -90,6 +92,21 @@ class Writer:
     def started(self) -> bool:
         return self._task is not None
 
+    async def flush(self) -> None:
+        """Commit what is complete now, and return once it is durable (a watch's pass ends so:
+        its rows readable at once, not `flush_s` later); raises what the sink or ledger raised."""
+        self._asked += 1
+        ticket = self._asked
+        self._wake.set()
+        while self._served < ticket and not self.task.done():
+            self._served_changed.clear()
+            waiter = asyncio.ensure_future(self._served_changed.wait())
+            await asyncio.wait({waiter, self.task}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        if self._served < ticket:
+            self.task.result()  # the writer's error; or, a writer that ended without it, a bug
+            raise RuntimeError("the writer ended before a flush was served. This is a bug.")
+
     async def close(self) -> None:
         """Commit what is complete and pending, and stop; raises what the sink or ledger raised."""
         self._closed = True
@@ -105,7 +122,11 @@ class Writer:
                 except asyncio.TimeoutError:
                     pass
                 self._wake.clear()
-                await self._commit(self._closed or self._part_due())
+                asked = self._asked
+                await self._commit(self._closed or asked > self._served or self._part_due())
+                if asked > self._served:
+                    self._served = asked
+                    self._served_changed.set()
                 if self._closed:
                     await self._commit(part=True)  # what came while the last one was written
                     return

@@ -25,9 +25,10 @@ BACKPRESSURE_PARTS = 4  # parts' worth of rows waiting behind a busy sink before
 
 
 async def feed(pool: WorkerPool, batcher: Batcher, writer: Writer, part_rows: int,
-               stopping: Callable[[], bool]) -> None:
-    """Until the batcher and the pool are both idle (every batch answered), or a stop."""
-    batch_id = 0
+               stopping: Callable[[], bool], first_id: int = 1) -> int:
+    """Until the batcher and the pool are both idle (every batch answered), or a stop. Returns
+    the next batch id (`first_id`: where a watch's earlier passes left off)."""
+    batch_id = first_id - 1
     while not stopping():
         pool.raise_fatal()
         worker = pool.free_worker()
@@ -41,9 +42,10 @@ async def feed(pool: WorkerPool, batcher: Batcher, writer: Writer, part_rows: in
             batch_id += 1
             await pool.send(worker, Batch(batch_id, items))
         elif batcher.idle() and pool.idle():
-            return
+            break
         elif batcher.idle():
             await pool.wait_changed()
+    return batch_id + 1
 
 
 @contextmanager

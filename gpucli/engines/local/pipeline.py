@@ -22,11 +22,12 @@ import gc
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from gpucli.core.config import RunConfig
 from gpucli.core.errors import EXIT_SIGINT, EXIT_SIGTERM, OutputError
 from gpucli.core.progress import Progress, tick
+from gpucli.core.records import Failure, Source
 from gpucli.core.signals import LoopSignals
 from gpucli.core.stages import Stage
 from gpucli.core.summary import RunSummary
@@ -35,7 +36,7 @@ from gpucli.engines.job import Job
 from gpucli.engines.local.dispatcher import errors_stop_the_pool, feed
 from gpucli.engines.local.events import BatchesDone, BatchFailed, OutOfMemory, PoolEvent, PoolLog
 from gpucli.engines.local.pool import WorkerPool
-from gpucli.engines.reader import read_chunks
+from gpucli.engines.reader import ReaderProcesses, read_chunks
 from gpucli.engines.recovery import OomHistory, after_oom
 from gpucli.output.dedup import Copied
 from gpucli.output.writer import Writer
@@ -153,7 +154,8 @@ class Pipeline:
                 raise error
         return self.has_work.is_set() and not self.signal_received
 
-    async def _load_and_run(self, devices: list[str]) -> None:
+    async def _load_and_run(self, devices: list[str], first_id: int = 1) -> int:
+        """The models load while the dispatcher fills their Pipes; returns the next batch id."""
         where = ", ".join(sorted(set(devices)))
         self.job.counts.phase = f"loading the model in {len(devices)} worker(s) on {where}"
         pool, writer, _ = self._built()
@@ -161,7 +163,7 @@ class Pipeline:
         if not pool.spawned:
             pool.spawn()
         dispatcher = asyncio.ensure_future(feed(pool, self.batcher, writer, self.config.part_rows,
-                                                lambda: bool(self.signal_received)))  # fills the Pipes while they load
+                                                lambda: bool(self.signal_received), first_id))
         loading = asyncio.ensure_future(pool.start())
         stop = asyncio.ensure_future(self.stop_event.wait())
         try:
@@ -169,14 +171,15 @@ class Pipeline:
             if loading.done():
                 loading.result()  # raises the worker's setup error
                 self.job.counts.phase = ""
-                await self._run_stages(dispatcher)
+                return await self._run_stages(dispatcher)
         finally:
             stop.cancel()
             for task in (loading, dispatcher):
                 task.cancel()
             await asyncio.gather(loading, dispatcher, return_exceptions=True)
+        return first_id
 
-    async def _run_stages(self, dispatcher: asyncio.Future) -> None:
+    async def _run_stages(self, dispatcher: asyncio.Future) -> int:
         """Reader, dispatcher and writer run together; the first to fail stops the others
         (a sink that broke mid-run ends the run now, not after reading the whole tree)."""
         stages: set[asyncio.Future] = {self.reader, dispatcher, self._built()[1].task}
@@ -186,7 +189,7 @@ class Pipeline:
                 if not stage.cancelled() and (error := stage.exception()) is not None:
                     raise error
             stages = {s for s in stages if not s.done()} or {dispatcher}
-        await dispatcher
+        return await dispatcher
 
     async def _shutdown(self) -> BaseException | None:
         """Stop the workers (by the deadline when a signal asked), write what is complete, close.
@@ -216,36 +219,27 @@ class Pipeline:
 
     # --- reader -----------------------------------------------------------------------------
     async def _read(self, devices: list[str]) -> None:
-        job, (_, writer, queue) = self.job, self._built()
-        lookup = job.output.lookup()
-        copies = job.copies_from_output()  # identical content embedded once: rows the output holds
+        job = self.job
         processes = job.reader_processes(devices)
         job.count_ahead()  # the total, for the progress, before this walk has been everywhere
         try:
-            async for chunk in read_chunks(job.walk_blocks(), job.task, job.max_bytes, job.chunk_files,
-                                           self.config.read_chunks_in_flight, lookup, job.seen(),
-                                           job.clocks["read"], processes, job.attempts()):
-                copied: list[Copied] = []
-                if copies is not None and chunk.sources:
-                    chunk, copied = await asyncio.to_thread(copies.take, chunk)
-                block = job.accounts.read(chunk, copied)
-                writer.added()  # failures, unchanged inputs, copies' rows (they need no model)
-                if block is not None:
-                    self.has_work.set()
-                    await queue.put(block)
-                if self.signal_received:
-                    return
+            await read_blocks(job, self._built(), job.walk_blocks(), processes, job.seen(), self.has_work,
+                              lambda: bool(self.signal_received))
         finally:
             if processes is not None:
                 processes.close()
             job.task.close_reading()  # a stop does not wait for a document still being extracted
         if self.signal_received:  # a stop during the walk prunes nothing
             return
-        # A stop cancels the reader, never the prune's thread: _shutdown waits for it before the
-        # output closes (a close beside a running prune left the ledger and the rows apart).
-        self.pruning = asyncio.ensure_future(asyncio.to_thread(job.prune))
+        await self._prune_then_end()
+
+    async def _prune_then_end(self) -> None:
+        """--prune after a complete walk, then the end of input. A stop cancels the reader, never
+        the prune's thread: _shutdown waits for it before the output closes (a close beside a
+        running prune left the ledger and the rows apart)."""
+        self.pruning = asyncio.ensure_future(asyncio.to_thread(self.job.prune))
         await asyncio.shield(self.pruning)
-        await queue.put(END)
+        await self._built()[2].put(END)
 
     # --- dispatcher -------------------------------------------------------------------------
     # --- what the pool tells the run (called on the loop by the pool) -----------------------
@@ -284,3 +278,26 @@ class Pipeline:
             self.reader.cancel()
         if self.pool is not None:
             self.pool.notify()
+
+
+async def read_blocks(job: Job, built: tuple[WorkerPool, Writer, BlockQueue], blocks: Iterable[list[Source | Failure]],
+                      processes: ReaderProcesses | None, seen: Callable[[list[str]], None] | None,
+                      has_work: asyncio.Event, stopped: Callable[[], bool]) -> None:
+    """A walk's `blocks` read into the queue: the accounts end what needs no model (failures,
+    unchanged inputs, copies whose rows the output holds) and the writer records it."""
+    _, writer, queue = built
+    lookup = job.output.lookup()
+    copies = job.copies_from_output()  # identical content embedded once: rows the output holds
+    async for chunk in read_chunks(blocks, job.task, job.max_bytes, job.chunk_files,
+                                   job.config.read_chunks_in_flight, lookup, seen,
+                                   job.clocks["read"], processes, job.attempts()):
+        copied: list[Copied] = []
+        if copies is not None and chunk.sources:
+            chunk, copied = await asyncio.to_thread(copies.take, chunk)
+        block = job.accounts.read(chunk, copied)
+        writer.added()  # failures, unchanged inputs, copies' rows (they need no model)
+        if block is not None:
+            has_work.set()
+            await queue.put(block)
+        if stopped():
+            return

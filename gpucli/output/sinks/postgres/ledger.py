@@ -52,7 +52,20 @@ class RowsTable:
     def delete_keys(self, cursor: Any, keys: list[str]) -> None: ...
 
 
-class PgLedger:
+class _WatchQueries:
+    """What a watch asks of the ledger beside a run's (gpucli/output/watching.py), as the SQLite ledger's."""
+
+    def clear_seen(self: Any) -> None:
+        self.close()  # a watch's next walk of the whole tree: this output's walk forgotten, as at the close
+
+    def known_at(self: Any, paths: list[str], under: list[str]) -> list[str]:
+        return [r[0] for r in self._run("reading the ledger", lambda c: c.execute(
+            f"select path from {self.t['inputs']} where output=%s and (path = any(%s) or "
+            "exists (select 1 from unnest(%s::text[]) d where left(path, length(d) + 1) = d || '/'))",
+            (self.output, paths, under)).fetchall())]
+
+
+class PgLedger(_WatchQueries):
     """The Ledger's methods (gpucli/output/ledger.py), each one transaction of the store."""
 
     def __init__(self, store: Store, rows: RowsTable, gpucli_version: str = "", create: bool = True) -> None:
