@@ -246,6 +246,7 @@ def naming_the_input(error: str, path: str) -> str:
 
 
 UNKNOWN_TOKENS = "unknown_tokens"  # a Failure's cause: the model cannot read the text's language
+MOVED_IN_READ = "moved_in_read"  # a Failure's cause: gone or replaced between the walk and the read (a watch waits)
 
 
 # --- the worker's messages (the protocol: worker.py) ------------------------------------------

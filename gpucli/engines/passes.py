@@ -11,13 +11,26 @@ gpucli/engines/local/watch.py; the changed paths it holds, gpucli/inputs/changes
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 from gpucli.core.progress import Counts
+from gpucli.core.records import MOVED_IN_READ, ReadChunk
 from gpucli.core.summary import RunSummary
 from gpucli.inputs.changes import FileStat
+
+
+def without_moved(chunk: ReadChunk) -> ReadChunk:
+    """A read chunk of a watch's pass without the inputs gone or replaced between the walk and the
+    read: no failure record, but a change (their event came after the walk's stat: the watch holds
+    it, and a later pass reads or removes them)."""
+    moved = [f for f in chunk.failures if f.cause == MOVED_IN_READ]
+    if not moved:
+        return chunk
+    return dataclasses.replace(chunk, failures=[f for f in chunk.failures if f.cause != MOVED_IN_READ],
+                               found=chunk.found - len(moved))
 
 
 class PassKind(str, Enum):

@@ -19,7 +19,7 @@ from typing import Any
 
 from gpucli.core.decision import Action, decide
 from gpucli.core.errors import InputError
-from gpucli.core.records import Failure, Items, ReadChunk, Source
+from gpucli.core.records import MOVED_IN_READ, Failure, Items, ReadChunk, Source
 from gpucli.core.stages import SkipReason, Stage
 from gpucli.inputs.compressed import inflate, is_compressed
 from gpucli.inputs.stores.url import is_url
@@ -96,19 +96,23 @@ def _read_bytes(source: Source, max_bytes: int) -> bytes:
     without following a link (the walk gives a link's real target as `abspath`), and the
     opened file must be the one the walk stat'ed (device and inode), so a file swapped for a
     link, or a directory above it swapped for a link to another tree, is a failure record,
-    not a read of what the link points to."""
+    not a read of what the link points to. The source takes the stat of the open file: a file
+    rewritten after the walk has its rows and its ledger entry made from the content they hold."""
     try:
         fd = os.open(source.abspath, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise InputError(Stage.READ, "became a symbolic link after the walk; not followed") from None
-        raise InputError(Stage.READ, f"cannot open: {exc.strerror}") from None
+        raise InputError(Stage.READ, f"cannot open: {exc.strerror}",
+                         cause=MOVED_IN_READ if exc.errno == errno.ENOENT else "") from None
     try:
         st = os.fstat(fd)
         if source.ino and (st.st_dev, st.st_ino) != (source.dev, source.ino):
-            raise InputError(Stage.READ, "replaced by another file after the walk; not read (a rerun reads it)")
+            raise InputError(Stage.READ, "replaced by another file after the walk; not read (a rerun reads it)",
+                             cause=MOVED_IN_READ)
         if not stat.S_ISREG(st.st_mode):
             raise InputError(Stage.READ, "not a regular file")
+        source.size, source.mtime_ns = st.st_size, st.st_mtime_ns  # rewritten since the walk: the stat of what is read
         if st.st_size > max_bytes:  # a skip, not a failure: the limit is the user's choice
             raise InputError(Stage.SKIP, f"file is {st.st_size / 2**20:.1f} MiB, over --max-file-mb "
                                      f"{max_bytes / 2**20:g}; raise the limit to read it", cause=SkipReason.TOO_LARGE)

@@ -14,12 +14,11 @@ state) yields nothing. Each file is yielded once, however many of its paths chan
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from gpucli.core.records import Failure, Source
-from gpucli.inputs.changes import FileStat
+from gpucli.core.stages import Stage
 from gpucli.inputs.own_outputs import is_output_dir, is_output_path
 from gpucli.inputs.scope import WalkFilter, WalkReport
 from gpucli.inputs.walk import _excluded, _rel, _unwrapped, _Walker, common_base
@@ -32,6 +31,7 @@ def walk_changed(roots: list[str], flt: WalkFilter, exclude: Iterable[str | os.P
     are relative to the same base."""
     walker = _ChangedWalker([Path(os.path.abspath(r)) for r in roots], flt,
                             frozenset(os.path.realpath(e) for e in exclude), report or WalkReport())
+    walker.report_roots()
     next_id = 0
     for block in walker.changed(paths):
         for entry in block:
@@ -40,35 +40,38 @@ def walk_changed(roots: list[str], flt: WalkFilter, exclude: Iterable[str | os.P
                 next_id += 1
         if block:
             yield block
+    walker.report.complete = True
 
 
-def gone_keys(ready: list[tuple[str, FileStat | None]], roots: list[str]) -> tuple[list[str], list[str]]:
-    """What changed paths say is gone, named as rows name inputs: (inputs at these paths: gone,
-    or a directory now; directories whose inputs are all gone: gone, or a file now). Nothing
-    under a root that is not there any more: an unmounted share's files are not gone."""
+def changed_keys(paths: list[str], roots: list[str]) -> list[str]:
+    """The changed `paths` named as rows name inputs, for those under a root that is there: the
+    inputs at them, or under them (a directory), that this pass's walk did not find are gone.
+    Nothing under a root that is not there any more: an unmounted share's files are not gone."""
     absolute = [Path(os.path.abspath(r)) for r in roots]
     base = common_base(absolute)
     holders = [str(r) if r.is_dir() else str(r.parent) for r in absolute if r.exists()]
-    paths, under = [], []
-    for path, now in ready:
-        if (now is not None and now.kind == -1) or not any(  # a path that cannot be looked at: not known gone
-                path == h or path.startswith(h.rstrip(os.sep) + os.sep) for h in holders):
-            continue
-        rel = _rel(path, base)
-        if now is None or stat.S_ISDIR(now.kind):
-            paths.append(rel)
-        if now is None or not stat.S_ISDIR(now.kind):
-            under.append(rel)
-    return paths, under
+    return [_rel(path, base) for path in paths
+            if any(path == h or path.startswith(h.rstrip(os.sep) + os.sep) for h in holders)]
 
 
 class _ChangedWalker(_Walker):
+    def report_roots(self) -> None:
+        """The report's roots as the whole walk's: where a path not found may be gone (`may_prune`);
+        a directory root with nothing in it now (an unmounted share) is an empty root."""
+        for root in self.roots:
+            rel = _rel(str(root), self.base)
+            self.report.roots.append(rel)
+            if root.is_dir() and not _has_entries(str(root)):
+                self.report.empty_roots.append(rel)
+
     def changed(self, paths: Iterable[str]) -> Iterator[list[Source | Failure]]:
         by_dir: dict[str, set[str]] = {}
         file_roots = {str(r): r for r in self.roots if not r.is_dir()}
         for path in paths:
-            if path in file_roots:  # a file given as a root: read as the run reads it
+            if path in file_roots:  # a file given as a root: read as the run reads it (gone: nothing)
                 root = file_roots[path]
+                if not os.path.lexists(path):
+                    continue
                 yield _unwrapped(self._alias(path, _rel(path, self.base), os.path.realpath(root), explicit=True))
                 continue
             by_dir.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
@@ -86,7 +89,12 @@ class _ChangedWalker(_Walker):
         try:
             with os.scandir(directory) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError:  # gone since: the watch removes what was under it
+        except (FileNotFoundError, NotADirectoryError):  # gone since: what was under it is gone
+            return
+        except OSError as exc:  # there, and unreadable: nothing under it is known gone
+            rel = _rel(directory, self.base)
+            self.report.unlisted.append(rel)
+            yield [Failure(rel, Stage.READ, f"cannot list directory: {exc.strerror}")]
             return
         if directory != root_path and is_output_dir(entries):
             return
@@ -116,3 +124,11 @@ class _ChangedWalker(_Walker):
             if name.startswith(".") or os.path.islink(path) or is_output_path(path):
                 return False
         return True
+
+
+def _has_entries(directory: str) -> bool:
+    try:
+        with os.scandir(directory) as it:
+            return next(it, None) is not None
+    except OSError:
+        return True  # unlistable: the walk says so, and prunes nothing under it (report.unlisted)

@@ -237,17 +237,18 @@ class _SeenPaths(_LedgerFile):
             return [row[0] for row in self._db.execute(
                 "select path from files where status=? and path not in (select path from temp.seen)", (DONE,))]
 
-    def known_at(self, paths: list[str], under: list[str]) -> list[str]:
-        """The inputs the ledger knows (done or failed) among `paths`, and under the directories
-        `under` (a path `d/...`: a range of the primary key, '0' being the character after '/')."""
-        found: list[str] = []
+    def next_pass(self) -> None:
+        """A watch's next pass: inputs done by an earlier pass have rows elsewhere (mark_done)."""
+        self._earlier_rows = None
+
+    def unseen_at(self, paths: list[str], under: list[str]) -> list[str]:
+        """The inputs known at `paths` and under the directories `under` (`d/...`: a range of the
+        primary key, '0' being the character after '/') that this walk did not see."""
+        query = "select path from files where path >= ? and path < ? and path not in (select path from temp.seen)"
         with self._lock:
-            for path in paths:
-                found += [row[0] for row in self._db.execute("select path from files where path=?", (path,))]
-            for directory in under:
-                found += [row[0] for row in self._db.execute("select path from files where path >= ? and path < ?",
-                                                             (directory + "/", directory + "0"))]
-        return found
+            self._db.execute(SEEN)
+            return [row[0] for start, end in [*((p, p + "\0") for p in paths), *((d + "/", d + "0") for d in under)]
+                    for row in self._db.execute(query, (start, end))]
 
 
 class Ledger(_SeenPaths):
@@ -443,7 +444,3 @@ class Ledger(_SeenPaths):
         db.execute("update files set location=? where location=?", (new, old))
         db.execute("update or ignore stale set location=? where location=?", (new, old))
         db.execute("delete from stale where location=?", (old,))
-
-
-
-

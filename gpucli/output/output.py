@@ -240,6 +240,13 @@ class Output:
                     path.unlink()
         remove_created(self.sink.state_dir, created)
 
+    def remove_stale(self) -> None:
+        """The rows superseded so far removed now, not at the close (a watch, after each pass);
+        the pruned paths' one use is done then, so they are not held for days."""
+        assert self.ledger is not None, "stale rows removed from an output not open. This is a bug."
+        self._remove_stale(self.ledger)
+        self.pruned.clear()
+
     def _remove_stale(self, ledger: Ledger) -> None:
         stale = ledger.stale()
         if not stale:

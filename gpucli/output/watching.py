@@ -10,27 +10,34 @@ what the next start repairs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpucli.output.compaction import AUTO_MIN_SMALL
 from gpucli.output.compactor import fold
 from gpucli.output.output import Output
 
+if TYPE_CHECKING:
+    from gpucli.inputs.scope import WalkReport
 
-def forget_gone(output: Output, paths: list[str], under: list[str]) -> int:
-    """Inputs a watch saw go: at `paths` (gone, or a directory now) and under the directories
-    `under` (gone, or a file now). Forgotten, their rows stale; returns how many."""
+
+def forget_unseen(output: Output, keys: list[str], report: WalkReport) -> int:
+    """After a pass over changed paths (named by `keys`, as rows name inputs), whose walk marked
+    what it found seen: the inputs at them or under them (a directory) that it did not find are
+    gone, where the walk could see (`report`: not under a directory it could not list, nor under
+    a root now empty). Forgotten, their rows stale; returns how many."""
     assert output.ledger is not None, "a watch's pass on an output not open. This is a bug."
-    gone = sorted(set(output.ledger.known_at(paths, [d for d in under if d != "."])))
+    unseen = output.ledger.unseen_at(keys, [key for key in keys if key != "."])
+    gone = sorted({path for path in unseen if report.may_prune(path)})
     if gone:
         output.ledger.prune(gone)
+        output.pruned.update(gone)
     return len(gone)
 
 
 def settle(output: Output) -> None:
     """The rows superseded so far (changed, failed and removed inputs) removed now, not at the
     close, so that a reader beside the watch sees each input once."""
-    assert output.ledger is not None, "a watch's pass on an output not open. This is a bug."
-    output._remove_stale(output.ledger)
-    output.pruned.clear()  # its one use (the removal above) is done: a watch's memory stays flat
+    output.remove_stale()
 
 
 def fold_small_parts(output: Output) -> list[str]:
@@ -39,6 +46,12 @@ def fold_small_parts(output: Output) -> list[str]:
     fold(output, output.ledger, AUTO_MIN_SMALL)
     notes, output.closing_notes = output.closing_notes, []
     return notes
+
+
+def next_pass(output: Output) -> None:
+    """A pass after the first: inputs it redoes may have rows from an earlier pass."""
+    assert output.ledger is not None, "a watch's pass on an output not open. This is a bug."
+    output.ledger.next_pass()
 
 
 def forget_seen(output: Output) -> None:

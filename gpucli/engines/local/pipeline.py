@@ -36,6 +36,7 @@ from gpucli.engines.job import Job
 from gpucli.engines.local.dispatcher import errors_stop_the_pool, feed
 from gpucli.engines.local.events import BatchesDone, BatchFailed, OutOfMemory, PoolEvent, PoolLog
 from gpucli.engines.local.pool import WorkerPool
+from gpucli.engines.passes import without_moved
 from gpucli.engines.reader import ReaderProcesses, read_chunks
 from gpucli.engines.recovery import OomHistory, after_oom
 from gpucli.output.dedup import Copied
@@ -282,9 +283,10 @@ class Pipeline:
 
 async def read_blocks(job: Job, built: tuple[WorkerPool, Writer, BlockQueue], blocks: Iterable[list[Source | Failure]],
                       processes: ReaderProcesses | None, seen: Callable[[list[str]], None] | None,
-                      has_work: asyncio.Event, stopped: Callable[[], bool]) -> None:
+                      has_work: asyncio.Event, stopped: Callable[[], bool], watching: bool = False) -> None:
     """A walk's `blocks` read into the queue: the accounts end what needs no model (failures,
-    unchanged inputs, copies whose rows the output holds) and the writer records it."""
+    unchanged inputs, copies whose rows the output holds) and the writer records it. `watching`:
+    an input gone or replaced since the walk is a change the watch follows, not a failure."""
     _, writer, queue = built
     lookup = job.output.lookup()
     copies = job.copies_from_output()  # identical content embedded once: rows the output holds
@@ -292,6 +294,8 @@ async def read_blocks(job: Job, built: tuple[WorkerPool, Writer, BlockQueue], bl
                                    job.config.read_chunks_in_flight, lookup, seen,
                                    job.clocks["read"], processes, job.attempts()):
         copied: list[Copied] = []
+        if watching:
+            chunk = without_moved(chunk)
         if copies is not None and chunk.sources:
             chunk, copied = await asyncio.to_thread(copies.take, chunk)
         block = job.accounts.read(chunk, copied)

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from gpucli.core.config import RunConfig
 from gpucli.core.progress import Progress, tick
@@ -33,8 +34,9 @@ from gpucli.engines.local.dispatcher import feed
 from gpucli.engines.local.pipeline import Pipeline, build_stages, read_blocks
 from gpucli.engines.passes import Pass, PassKind, PassReport, Rescans, Totals, rescan_every
 from gpucli.engines.recovery import OomHistory, Restarts
-from gpucli.inputs.changed_walk import gone_keys, walk_changed
+from gpucli.inputs.changed_walk import changed_keys, walk_changed
 from gpucli.inputs.changes import FileStat, PendingChanges, split_young
+from gpucli.inputs.scope import WalkReport
 from gpucli.inputs.stores.url import is_url
 from gpucli.inputs.watcher import TreeWatcher
 from gpucli.output import watching
@@ -53,6 +55,7 @@ class WatchPipeline(Pipeline):
         self.pending = PendingChanges(config.watch_pending_max)
         self.quiet_s = config.watch_debounce_ms / 1000
         self.urls = any(is_url(p) for p in config.paths)
+        self.root_dirs = {os.path.abspath(p) for p in config.paths if not is_url(p) and os.path.isdir(p)}
         self.rescans = Rescans(rescan_every(self.urls, config.watch_rescan_s, config.watch_poll_s))
         self.changed = asyncio.Event()  # a change was held, or the watcher failed
         self.watcher: TreeWatcher | None = None
@@ -116,11 +119,14 @@ class WatchPipeline(Pipeline):
         """The next pass once one is due; None once a signal asked to stop."""
         while not self.signal_received:
             now = time.monotonic()
+            if self.pending.overflowed:
+                self.progress.log(f"note: over {self.pending.max_paths} paths changed at once; walking the whole "
+                                  "tree instead of following each")
             if self.pending.overflowed or self.rescans.due(now):
-                self.pending.clear()  # the walk of the whole tree sees them all
-                self.rescans.walked(now)
-                return Pass(number, PassKind.RESCAN)
+                return self._rescan(number, now)
             ready = self.pending.ready(now, self.quiet_s)
+            if any(path in self.root_dirs for path, _ in ready):  # a root itself changed: walked whole
+                return self._rescan(number, now)
             if ready:
                 return Pass(number, PassKind.CHANGES, tuple(ready))
             if len(self.pending):
@@ -134,6 +140,11 @@ class WatchPipeline(Pipeline):
                 waiting.cancel()
         return None
 
+    def _rescan(self, number: int, now: float) -> Pass:
+        self.pending.clear()  # the walk of the whole tree sees them all (and holds what is young again)
+        self.rescans.walked(now)
+        return Pass(number, PassKind.RESCAN)
+
     def _show(self, phase: str) -> None:
         counts = self.job.counts_now(self._built()[2].items, self._built()[0].in_flight_count())
         counts.phase = phase
@@ -145,6 +156,7 @@ class WatchPipeline(Pipeline):
         started, before = time.monotonic(), Totals.of(job.summary, job.counts)
         if planned.kind is not PassKind.START:
             self.batcher.reopen()
+            watching.next_pass(job.output)
             pool.restarts = Restarts(self.config.max_restarts)  # each pass has a run's restart budget
         self.reader = asyncio.ensure_future(self._read_pass(planned))
         ticker = asyncio.ensure_future(tick(self.progress, lambda: job.counts_now(queue.items,
@@ -179,35 +191,35 @@ class WatchPipeline(Pipeline):
             await asyncio.gather(dispatcher, return_exceptions=True)
 
     async def _read_pass(self, planned: Pass) -> None:
+        """The pass's inputs into the queue, then what they say is gone (--prune), then its end.
+        Both kinds mark what their walk found seen (in the ledger): what is not seen is gone."""
         job, config = self.job, self.config
+        mark_seen = job.output.mark_seen if config.prune else None
+        if config.prune:
+            await asyncio.to_thread(watching.forget_seen, job.output)
         if planned.walks_all:
             job.inputs.new_walk()
-            if config.prune:
-                await asyncio.to_thread(watching.forget_seen, job.output)
             if planned.kind is PassKind.START:
                 job.count_ahead()
-            blocks = self._holding_young(job.walk_blocks(), frozenset(), job.output.mark_seen if config.prune else None)
-            seen = job.seen()
+            blocks, paths = job.walk_blocks(), []
         else:
             paths = [path for path, _ in planned.paths]
-            blocks = self._holding_young(walk_changed(list(config.paths), job.walk_filter(),
-                                                      job.output.walk_exclusions(), paths), frozenset(paths), None)
-            seen = None
-        await read_blocks(job, self._built(), blocks, self.processes, seen, self.has_work,
-                          lambda: bool(self.signal_received))
+            report = WalkReport()
+            blocks = walk_changed(list(config.paths), job.walk_filter(), job.output.walk_exclusions(), paths, report)
+        await read_blocks(job, self._built(), self._holding_young(blocks, frozenset(paths), mark_seen), self.processes,
+                          mark_seen, self.has_work, lambda: bool(self.signal_received), watching=True)
         if self.signal_received:
             return
         if planned.walks_all:
             await self._prune_then_end()
             return
         if config.prune:
-            paths, under = gone_keys(list(planned.paths), list(config.paths))
-            if paths or under:
-                job.summary.pruned += await asyncio.to_thread(watching.forget_gone, job.output, paths, under)
+            keys = changed_keys(paths, list(config.paths))
+            job.summary.pruned += await asyncio.to_thread(watching.forget_unseen, job.output, keys, report)
         await self._built()[2].put(END)  # the end of this pass's input
 
     def _holding_young(self, blocks: Iterable[list[Source | Failure]], quiet: frozenset[str],
-                       seen: object) -> Iterator[list[Source | Failure]]:
+                       seen: Callable[[list[str]], None] | None) -> Iterator[list[Source | Failure]]:
         """The walk's blocks less the files written within the debounce (in the walk's thread):
         those are held as changes, read once quiet (`quiet`: paths known quiet already). `seen`
         (--prune): a held file is no file gone."""
@@ -217,7 +229,7 @@ class WatchPipeline(Pipeline):
             for block in blocks:
                 kept, young = split_young(block, time.time_ns(), quiet_ns, quiet)
                 if young:
-                    if callable(seen):
+                    if seen is not None:
                         seen([s.path for s in young])
                     changes = [(s.abspath, FileStat(stat.S_IFREG, s.size, s.mtime_ns, s.ino)) for s in young]
                     loop.call_soon_threadsafe(self._hold, changes)

@@ -55,14 +55,17 @@ class RowsTable:
 class _WatchQueries:
     """What a watch asks of the ledger beside a run's (gpucli/output/watching.py), as the SQLite ledger's."""
 
+    def next_pass(self: Any) -> None:
+        pass  # write_done looks up each input's earlier rows itself
+
     def clear_seen(self: Any) -> None:
         self.close()  # a watch's next walk of the whole tree: this output's walk forgotten, as at the close
 
-    def known_at(self: Any, paths: list[str], under: list[str]) -> list[str]:
+    def unseen_at(self: Any, paths: list[str], under: list[str]) -> list[str]:
         return [r[0] for r in self._run("reading the ledger", lambda c: c.execute(
-            f"select path from {self.t['inputs']} where output=%s and (path = any(%s) or "
-            "exists (select 1 from unnest(%s::text[]) d where left(path, length(d) + 1) = d || '/'))",
-            (self.output, paths, under)).fetchall())]
+            f"select path from {self.t['inputs']} i where output=%s and (path = any(%s) or exists (select 1 from "
+            "unnest(%s::text[]) d where left(path, length(d) + 1) = d || '/')) and not exists (select 1 from "
+            f"{self.t['seen']} s where s.output=i.output and s.path=i.path)", (self.output, paths, under)).fetchall())]
 
 
 class PgLedger(_WatchQueries):
