@@ -201,12 +201,13 @@ class Job:
         """For --prune: where the walk's paths go (the ledger, not memory)."""
         return self.output.mark_seen if self.config.prune else None
 
-    def prune(self) -> None:
-        """After a complete walk (never after an interrupt)."""
+    def prune(self, refuse_all: bool = True) -> None:
+        """After a complete walk (never after an interrupt); `refuse_all`: Output.prune's."""
         self.inputs.stop_counting()
         self.counts.walk_done = True
         if self.config.prune:
-            self.summary.pruned += self.output.prune(self.inputs.report, self.config.prune_all, self.progress.log)
+            self.summary.pruned += self.output.prune(self.inputs.report, self.config.prune_all, self.progress.log,
+                                                     refuse_all)
 
     def close(self, written: bool) -> None:
         self.inputs.stop_counting()

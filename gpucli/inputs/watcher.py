@@ -43,9 +43,10 @@ class TreeWatcher:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, join: bool = True) -> None:
+        """Ask the thread to end (it looks every STOP_CHECK_MS); `join`: wait for it, up to JOIN_S."""
         self._stop.set()
-        if self._thread.is_alive():
+        if join and self._thread.is_alive():
             self._thread.join(JOIN_S)
 
     def wanted(self, path: str) -> bool:

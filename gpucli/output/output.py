@@ -301,12 +301,14 @@ class Output:
         from a reader thread; kept in the ledger, not in memory (it grows with the tree)."""
         self.ledger.mark_seen(paths)
 
-    def prune(self, report: WalkReport, prune_all: bool = False, log: Callable[[str], None] | None = None) -> int:
+    def prune(self, report: WalkReport, prune_all: bool = False, log: Callable[[str], None] | None = None,
+              refuse_all: bool = True) -> int:
         """After a complete walk: forget inputs done earlier that it did not find, but only
         where it could see (a root it listed, not under a directory it could not list, not
         under an empty root unless `prune_all`); their rows go at close. Removing every row of
         a non-empty output is refused (RunFailedError, exit 3, nothing removed) unless
-        `prune_all`: it is what a moved mount point or a changed root argument looks like."""
+        `prune_all`: it is what a moved mount point or a changed root argument looks like; a
+        watch's later walks (`refuse_all` False) follow a tree whose files all went while watched."""
         log = log or (lambda message: None)
         if not report.complete:
             log("--prune: the walk did not finish; nothing pruned")
@@ -314,7 +316,7 @@ class Output:
         for note in report.notes(prune_all):
             log(f"--prune: {note}")
         gone = [path for path in self.ledger.unseen_done() if report.may_prune(path, prune_all)]
-        if gone and not prune_all and len(gone) == self.ledger.done_count():
+        if gone and refuse_all and not prune_all and len(gone) == self.ledger.done_count():
             raise RunFailedError(
                 f"--prune would remove every row of {self.display} ({len(gone)} inputs): none of its inputs "
                 "was found under the paths given (rows are named relative to the root argument). Nothing was "

@@ -49,9 +49,12 @@ def fold_small_parts(output: Output) -> list[str]:
 
 
 def next_pass(output: Output) -> None:
-    """A pass after the first: inputs it redoes may have rows from an earlier pass."""
+    """A pass after the first: inputs it redoes may have rows from an earlier pass; and it is
+    incremental even when the first was --full (the output was made anew then, and a rescan
+    must not embed the whole tree again)."""
     assert output.ledger is not None, "a watch's pass on an output not open. This is a bug."
     output.ledger.next_pass()
+    output.incremental = True
 
 
 def forget_seen(output: Output) -> None:

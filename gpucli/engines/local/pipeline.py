@@ -234,11 +234,11 @@ class Pipeline:
             return
         await self._prune_then_end()
 
-    async def _prune_then_end(self) -> None:
+    async def _prune_then_end(self, refuse_all: bool = True) -> None:
         """--prune after a complete walk, then the end of input. A stop cancels the reader, never
         the prune's thread: _shutdown waits for it before the output closes (a close beside a
         running prune left the ledger and the rows apart)."""
-        self.pruning = asyncio.ensure_future(asyncio.to_thread(self.job.prune))
+        self.pruning = asyncio.ensure_future(asyncio.to_thread(self.job.prune, refuse_all))
         await asyncio.shield(self.pruning)
         await self._built()[2].put(END)
 

@@ -62,6 +62,7 @@ class WatchPipeline(Pipeline):
         self.processes = None  # reader processes, held for the whole watch
         self.next_id = 1  # batch ids go on from pass to pass
         self.compacted = time.monotonic()
+        self.roots_missing = False  # a root went: the watch waits for it (_roots_there)
 
     async def _run_opened(self) -> None:
         job = self.job
@@ -104,6 +105,12 @@ class WatchPipeline(Pipeline):
                                    lambda exc: loop.call_soon_threadsafe(self._events_failed, exc))
         self.watcher.start()
 
+    def _restart_watcher(self) -> None:
+        """A root came back: the old watcher's events were of the directory that went."""
+        if self.watcher is not None:
+            self.watcher.stop(join=False)  # its thread ends within STOP_CHECK_MS; nothing waits for it
+        self._watch_tree()
+
     def _hold(self, changes: list[tuple[str, FileStat | None]]) -> None:
         self.pending.add(changes, time.monotonic())
         self.changed.set()
@@ -122,28 +129,47 @@ class WatchPipeline(Pipeline):
             if self.pending.overflowed:
                 self.progress.log(f"note: over {self.pending.max_paths} paths changed at once; walking the whole "
                                   "tree instead of following each")
-            if self.pending.overflowed or self.rescans.due(now):
-                return self._rescan(number, now)
-            ready = self.pending.ready(now, self.quiet_s)
-            if any(path in self.root_dirs for path, _ in ready):  # a root itself changed: walked whole
-                return self._rescan(number, now)
-            if ready:
+            ready = [] if self.pending.overflowed else self.pending.ready(now, self.quiet_s)
+            whole = self.pending.overflowed or self.rescans.due(now) or any(p in self.root_dirs for p, _ in ready)
+            if whole and self._roots_there(now):  # a root itself changed: walked whole too
+                self.pending.clear()  # the walk of the whole tree sees them all (and holds what is young again)
+                self.rescans.walked(now)
+                return Pass(number, PassKind.RESCAN)
+            if ready and not whole:
                 return Pass(number, PassKind.CHANGES, tuple(ready))
             if len(self.pending):
                 self._show(f"watching: {len(self.pending)} change(s) settling")
-            quiet_at = self.pending.next_quiet(self.quiet_s)
-            timeout = min(self.rescans.until(now), (quiet_at - now) if quiet_at is not None else 3600.0)
-            self.changed.clear()
-            waits = {asyncio.ensure_future(self.changed.wait()), asyncio.ensure_future(self.stop_event.wait())}
-            await asyncio.wait(waits, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED)
-            for waiting in waits:
-                waiting.cancel()
+            await self._wait_for_change(now)
         return None
 
-    def _rescan(self, number: int, now: float) -> Pass:
-        self.pending.clear()  # the walk of the whole tree sees them all (and holds what is young again)
-        self.rescans.walked(now)
-        return Pass(number, PassKind.RESCAN)
+    def _roots_there(self, now: float) -> bool:
+        """Whether every local root is there to be walked. One that went (an unmounted share, a
+        directory removed) prunes nothing: the watch says so once, looks again every
+        --watch-poll-s, and once it is back walks the tree and watches it anew."""
+        missing = [p for p in self.config.paths if not is_url(p) and not os.path.lexists(p)]
+        if missing:
+            if not self.roots_missing:
+                self.progress.log(f"note: {', '.join(missing)}: gone; nothing is removed, and the watch looks for it "
+                                  f"every {self.config.watch_poll_s:g}s")
+            self.roots_missing = True
+            self.pending.clear()
+            self.rescans.walked(now - max(0.0, self.rescans.every_s - self.config.watch_poll_s))
+            return False
+        if self.roots_missing:
+            self.progress.log("note: every root is back; walking the tree again")
+            self.roots_missing = False
+            self._restart_watcher()
+        return True
+
+    async def _wait_for_change(self, now: float) -> None:
+        """Until a change is held, the next one is quiet, a rescan is due, or a stop."""
+        quiet_at = self.pending.next_quiet(self.quiet_s)
+        timeout = min(self.rescans.until(now), (quiet_at - now) if quiet_at is not None else 3600.0)
+        self.changed.clear()
+        waits = {asyncio.ensure_future(self.changed.wait()), asyncio.ensure_future(self.stop_event.wait())}
+        await asyncio.wait(waits, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED)
+        for waiting in waits:
+            waiting.cancel()
 
     def _show(self, phase: str) -> None:
         counts = self.job.counts_now(self._built()[2].items, self._built()[0].in_flight_count())
@@ -210,8 +236,8 @@ class WatchPipeline(Pipeline):
                           mark_seen, self.has_work, lambda: bool(self.signal_received), watching=True)
         if self.signal_received:
             return
-        if planned.walks_all:
-            await self._prune_then_end()
+        if planned.walks_all:  # a later walk may find every input gone: they went while watched
+            await self._prune_then_end(refuse_all=planned.kind is PassKind.START)
             return
         if config.prune:
             keys = changed_keys(paths, list(config.paths))
