@@ -19,7 +19,7 @@ from enum import Enum
 from gpucli.core.progress import Counts
 from gpucli.core.records import MOVED_IN_READ, ReadChunk
 from gpucli.core.summary import RunSummary
-from gpucli.inputs.changes import FileStat
+from gpucli.inputs.changes import Change
 
 
 def without_moved(chunk: ReadChunk) -> ReadChunk:
@@ -43,7 +43,7 @@ class PassKind(str, Enum):
 class Pass:
     number: int
     kind: PassKind
-    paths: tuple[tuple[str, FileStat | None], ...] = ()  # CHANGES: each quiet path with its stat (None: gone)
+    changes: tuple[Change, ...] = ()  # CHANGES: each quiet path with its stat (None: gone)
 
     @property
     def walks_all(self) -> bool:

@@ -33,6 +33,15 @@ class FileStat:
     ino: int
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A path that changed (absolute, as the watch saw it), with its stat when its event was
+    seen: None when nothing was there (deleted, or moved away)."""
+
+    path: str
+    stat: FileStat | None
+
+
 def file_stat(path: str) -> FileStat | None:
     """The path's stat without following a link, or None when nothing is there."""
     try:
@@ -55,13 +64,13 @@ class PendingChanges:
     def __len__(self) -> int:
         return len(self._paths)
 
-    def add(self, changes: Iterable[tuple[str, FileStat | None]], now: float) -> None:
+    def add(self, changes: Iterable[Change], now: float) -> None:
         """Events for these paths at `now`, each with its stat when the event was seen."""
         paths = self._paths
-        for path, seen in changes:
-            if path in paths:
-                paths.move_to_end(path)
-            paths[path] = (now, seen)
+        for change in changes:
+            if change.path in paths:
+                paths.move_to_end(change.path)
+            paths[change.path] = (now, change.stat)
         if len(paths) > self.max_paths:
             paths.clear()
             self.overflowed = True
@@ -78,23 +87,19 @@ class PendingChanges:
         first = next(iter(self._paths.values()))
         return first[0] + quiet_s
 
-    def ready(self, now: float, quiet_s: float, look: Callable[[str], FileStat | None] = file_stat,
-              ) -> list[tuple[str, FileStat | None]]:
+    def ready(self, now: float, quiet_s: float, look: Callable[[str], FileStat | None] = file_stat) -> list[Change]:
         """The paths quiet for `quiet_s` whose stat (`look`) is still the one of their last event,
         taken out, with that stat (None: gone); a path whose stat changed without an event waits
         `quiet_s` again."""
         paths, ready = self._paths, []
-        moved: list[tuple[str, FileStat | None]] = []
+        moved: list[Change] = []
         while paths:
             path, (when, seen) = next(iter(paths.items()))
             if now - when < quiet_s:
                 break
             paths.popitem(last=False)
             current = look(path)
-            if current == seen:
-                ready.append((path, current))
-            else:
-                moved.append((path, current))
+            (ready if current == seen else moved).append(Change(path, current))
         if moved:
             self.add(moved, now)
         return ready

@@ -2,13 +2,15 @@
 FSEvents, ReadDirectoryChangesW) in a thread of its own.
 
 The thread hands each group of changed paths, with each one's stat as it saw it then, to
-`deliver` (called in the thread: the watch passes it to its event loop). What no walk reads is
-dropped here, before it costs anything: paths under this run's own output and state (every part
-and ledger write would be an event otherwise), and hidden names and what is under them (`.git`
-during a checkout, an editor's swap file), which no walk reads. Everything else is kept, deletions included: whether a path is an input is the walk's
-decision (gpucli/inputs/changed_walk.py), made once the path is quiet. Events that the system
-dropped (an overflowed queue) and trees on network file systems, where events may never come,
-are the periodic rescan's (`--watch-rescan-s`).
+`deliver` as a `Changed` message (called in the thread: the watch passes it to its event loop),
+and says `EventsStopped` once no more events will come. What no walk reads is dropped here,
+before it costs anything: paths under this run's own output and state (every part and ledger
+write would be an event otherwise), and hidden names and what is under them (`.git` during a
+checkout, an editor's swap file), which no walk reads. Everything else is kept, deletions
+included: whether a path is an input is the walk's decision (gpucli/inputs/changed_walk.py),
+made once the path is quiet. Events that the system dropped (an overflowed queue) and trees on
+network file systems, where events may never come, are the periodic rescan's
+(`--watch-rescan-s`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from gpucli.inputs.changes import FileStat, file_stat
+from gpucli.inputs.changes import Change, file_stat
 
 GROUP_MS = 200  # watchfiles yields a group at most this long after its first change (memory under a storm)
 STEP_MS = 50  # ... or once no change came for this long
@@ -26,17 +29,34 @@ STOP_CHECK_MS = 500  # how often the Rust side looks at the stop event while not
 JOIN_S = 5.0
 
 
-class TreeWatcher:
-    """One thread that watches `roots` (directories; a file root's directory) until `stop`."""
+@dataclass(frozen=True)
+class Changed:
+    """A group of changed paths, each with its stat as the watcher's thread saw it."""
 
-    def __init__(self, roots: list[str], ignore: list[str], deliver: Callable[[list[tuple[str, FileStat | None]]], None],
-                 failed: Callable[[BaseException], None]) -> None:
+    changes: tuple[Change, ...]
+
+
+@dataclass(frozen=True)
+class EventsStopped:
+    """The events stopped for good (the system's watch limit, a root gone): `reason` says why."""
+
+    reason: str
+
+
+WatchMessage = Changed | EventsStopped
+
+
+class TreeWatcher:
+    """One thread that watches `roots` (directories; a file root's directory) until `stop`,
+    and hands what it sees to `deliver` (in its thread) as one message at a time."""
+
+    def __init__(self, roots: list[str], ignore: list[str], deliver: Callable[[WatchMessage], None]) -> None:
         paths = [Path(os.path.abspath(r)) for r in roots]
         self.dirs = [str(p) for p in paths if p.is_dir()]
         self.files = {str(p) for p in paths if not p.is_dir()}
         self.watched = sorted({*self.dirs, *(os.path.dirname(f) for f in self.files)})
         self.ignore = tuple({os.path.abspath(p) for p in ignore} | {os.path.realpath(p) for p in ignore})
-        self.deliver, self.failed = deliver, failed
+        self.deliver = deliver
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpucli-watch", daemon=True)
 
@@ -70,9 +90,12 @@ class TreeWatcher:
             for group in watchfiles.watch(*self.watched, watch_filter=None, debounce=GROUP_MS, step=STEP_MS,
                                           stop_event=self._stop, rust_timeout=STOP_CHECK_MS, yield_on_timeout=False,
                                           raise_interrupt=False, recursive=True):
-                paths = {path for _, path in group if self.wanted(path)}
+                paths = sorted({path for _, path in group if self.wanted(path)})
                 if paths:
-                    self.deliver([(path, file_stat(path)) for path in sorted(paths)])
+                    self.deliver(Changed(tuple(Change(path, file_stat(path)) for path in paths)))
         except BaseException as exc:  # noqa: BLE001 - the watch goes on by rescans, and says why
             if not self._stop.is_set():
-                self.failed(exc)
+                self.deliver(EventsStopped(f"{type(exc).__name__}: {exc}"))
+            return
+        if not self._stop.is_set():  # watchfiles ended by itself (its roots went)
+            self.deliver(EventsStopped("the watched directories went"))

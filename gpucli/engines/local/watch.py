@@ -33,12 +33,13 @@ from gpucli.engines.batching import END
 from gpucli.engines.local.dispatcher import feed
 from gpucli.engines.local.pipeline import Pipeline, build_stages, read_blocks
 from gpucli.engines.passes import Pass, PassKind, PassReport, Rescans, Totals, rescan_every
+from gpucli.engines.reader import ReaderProcesses
 from gpucli.engines.recovery import OomHistory, Restarts
 from gpucli.inputs.changed_walk import changed_keys, walk_changed
-from gpucli.inputs.changes import FileStat, PendingChanges, split_young
+from gpucli.inputs.changes import Change, FileStat, PendingChanges, split_young
 from gpucli.inputs.scope import WalkReport
 from gpucli.inputs.stores.url import is_url
-from gpucli.inputs.watcher import TreeWatcher
+from gpucli.inputs.watcher import Changed, EventsStopped, TreeWatcher, WatchMessage
 from gpucli.output import watching
 
 COMPACT_EVERY_S = 60.0  # a watch looks for small parts to fold at most this often (after a pass)
@@ -59,7 +60,7 @@ class WatchPipeline(Pipeline):
         self.rescans = Rescans(rescan_every(self.urls, config.watch_rescan_s, config.watch_poll_s))
         self.changed = asyncio.Event()  # a change was held, or the watcher failed
         self.watcher: TreeWatcher | None = None
-        self.processes = None  # reader processes, held for the whole watch
+        self.processes: ReaderProcesses | None = None  # reader processes, held for the whole watch
         self.next_id = 1  # batch ids go on from pass to pass
         self.compacted = time.monotonic()
         self.roots_missing = False  # a root went: the watch waits for it (_roots_there)
@@ -96,13 +97,15 @@ class WatchPipeline(Pipeline):
 
     # --- between passes --------------------------------------------------------------------
     def _watch_tree(self) -> None:
-        loop = asyncio.get_running_loop()
         self.rescans.walked(time.monotonic())
         if self.urls:
             return  # listed again every --watch-poll-s (passes.rescan_every)
-        self.watcher = TreeWatcher(list(self.config.paths), self.job.output.walk_exclusions(),
-                                   lambda changes: loop.call_soon_threadsafe(self._hold, changes),
-                                   lambda exc: loop.call_soon_threadsafe(self._events_failed, exc))
+        loop = asyncio.get_running_loop()
+
+        def deliver(message: WatchMessage) -> None:  # in the watcher's thread
+            loop.call_soon_threadsafe(self._on_watch_message, message)
+
+        self.watcher = TreeWatcher(list(self.config.paths), self.job.output.walk_exclusions(), deliver)
         self.watcher.start()
 
     def _restart_watcher(self) -> None:
@@ -111,15 +114,15 @@ class WatchPipeline(Pipeline):
             self.watcher.stop(join=False)  # its thread ends within STOP_CHECK_MS; nothing waits for it
         self._watch_tree()
 
-    def _hold(self, changes: list[tuple[str, FileStat | None]]) -> None:
-        self.pending.add(changes, time.monotonic())
-        self.changed.set()
-
-    def _events_failed(self, exc: BaseException) -> None:
-        self.progress.log(f"note: file events stopped ({type(exc).__name__}: {exc}); the tree is walked every "
-                          f"{self.config.watch_poll_s:g}s instead (--watch-poll-s)")
-        self.rescans.at_least_every(self.config.watch_poll_s)
-        self.pending.overflowed = True  # what the events missed meanwhile: one walk now
+    def _on_watch_message(self, message: WatchMessage) -> None:
+        match message:
+            case Changed(changes=changes):
+                self.pending.add(changes, time.monotonic())
+            case EventsStopped(reason=reason):
+                self.progress.log(f"note: file events stopped ({reason}); the tree is walked every "
+                                  f"{self.config.watch_poll_s:g}s instead (--watch-poll-s)")
+                self.rescans.at_least_every(self.config.watch_poll_s)
+                self.pending.overflowed = True  # what the events missed meanwhile: one walk now
         self.changed.set()
 
     async def _next_pass(self, number: int) -> Pass | None:
@@ -130,7 +133,7 @@ class WatchPipeline(Pipeline):
                 self.progress.log(f"note: over {self.pending.max_paths} paths changed at once; walking the whole "
                                   "tree instead of following each")
             ready = [] if self.pending.overflowed else self.pending.ready(now, self.quiet_s)
-            whole = self.pending.overflowed or self.rescans.due(now) or any(p in self.root_dirs for p, _ in ready)
+            whole = self.pending.overflowed or self.rescans.due(now) or any(c.path in self.root_dirs for c in ready)
             if whole and self._roots_there(now):  # a root itself changed: walked whole too
                 self.pending.clear()  # the walk of the whole tree sees them all (and holds what is young again)
                 self.rescans.walked(now)
@@ -191,7 +194,7 @@ class WatchPipeline(Pipeline):
             if planned.kind is PassKind.START:
                 self.next_id = await self._load_and_run(devices, self.next_id)
             else:
-                job.counts.phase = f"pass {planned.number}: {len(planned.paths) or 'the whole tree'} to look at"
+                job.counts.phase = f"pass {planned.number}: {len(planned.changes) or 'the whole tree'} to look at"
                 self.next_id = await self._run_more()
         finally:
             ticker.cancel()
@@ -201,7 +204,7 @@ class WatchPipeline(Pipeline):
         await asyncio.to_thread(watching.settle, job.output)
         await self._fold_now_and_then()
         job.counts.phase = ""
-        self._said(PassReport(planned.number, planned.kind, len(planned.paths),
+        self._said(PassReport(planned.number, planned.kind, len(planned.changes),
                               Totals.of(job.summary, job.counts).minus(before), len(self.pending),
                               time.monotonic() - started))
 
@@ -229,7 +232,7 @@ class WatchPipeline(Pipeline):
                 job.count_ahead()
             blocks, paths = job.walk_blocks(), []
         else:
-            paths = [path for path, _ in planned.paths]
+            paths = [change.path for change in planned.changes]
             report = WalkReport()
             blocks = walk_changed(list(config.paths), job.walk_filter(), job.output.walk_exclusions(), paths, report)
         await read_blocks(job, self._built(), self._holding_young(blocks, frozenset(paths), mark_seen), self.processes,
@@ -257,8 +260,8 @@ class WatchPipeline(Pipeline):
                 if young:
                     if seen is not None:
                         seen([s.path for s in young])
-                    changes = [(s.abspath, FileStat(stat.S_IFREG, s.size, s.mtime_ns, s.ino)) for s in young]
-                    loop.call_soon_threadsafe(self._hold, changes)
+                    changes = tuple(Change(s.abspath, FileStat(stat.S_IFREG, s.size, s.mtime_ns, s.ino)) for s in young)
+                    loop.call_soon_threadsafe(self._on_watch_message, Changed(changes))
                 if kept:
                     yield kept
 
