@@ -134,3 +134,25 @@ def test_complete_rows_are_counted_ready_as_inputs_complete_fail_and_leave_in_a_
     assert accounts.ready_rows == 3
     commit = accounts.take_commit()
     assert commit.table.num_rows == 3 and accounts.ready_rows == 0 and accounts.backlog == 0
+
+
+def test_a_flush_commits_what_is_complete_now_and_returns_once_it_is_durable():
+    """A watch's pass ends so: its rows readable at once, not `flush_s` later."""
+    accounts, output = make_accounts()
+    found = sources(2)
+    items = block([(0, 0), (1, 0)])
+    accounts.expect(found, items)
+
+    async def scenario():
+        writer = Writer(accounts, part_rows=1000, flush_s=3600.0)
+        writer.start()
+        accounts.outputs(items, outputs(items))
+        writer.added()  # 2 rows < part_rows, and the last part is young: not due
+        await writer.flush()
+        durable = accounts.summary.succeeded
+        await writer.flush()  # nothing new: returns all the same
+        await writer.close()
+        return durable
+
+    assert asyncio.run(scenario()) == 2
+    assert [t.num_rows for t in output.sink.tables] == [2]
