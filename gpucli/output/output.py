@@ -195,7 +195,7 @@ class Output:
             renamed = self.sink.recover(ledger.locations(), ledger.meta("last_location"))
             if renamed:
                 ledger.rename_locations(renamed)
-            self._remove_stale(ledger)
+            self.remove_stale(ledger)
         except BaseException:
             ledger.close()
             raise
@@ -215,7 +215,7 @@ class Output:
         """Remove superseded rows (when the run's writes all landed), then release everything:
         every step runs even when one before it failed (a full disk fails the failures file's
         flush, not the lock's release); the first error goes up after the last step."""
-        steps = [lambda: self._remove_stale(self.ledger) if clean and self.ledger is not None else None,
+        steps = [lambda: self.remove_stale(self.ledger) if clean and self.ledger is not None else None,
                  lambda: fold(self, self.ledger, AUTO_MIN_SMALL) if clean and self.ledger is not None else None,
                  self.sink.close, lambda: self.failures.close() if self.failures is not None else None,
                  lambda: self.ledger.close() if self.ledger is not None else None, self.lock.release]
@@ -240,14 +240,7 @@ class Output:
                     path.unlink()
         remove_created(self.sink.state_dir, created)
 
-    def remove_stale(self) -> None:
-        """The rows superseded so far removed now, not at the close (a watch, after each pass);
-        the pruned paths' one use is done then, so they are not held for days."""
-        assert self.ledger is not None, "stale rows removed from an output not open. This is a bug."
-        self._remove_stale(self.ledger)
-        self.pruned.clear()
-
-    def _remove_stale(self, ledger: Ledger) -> None:
+    def remove_stale(self, ledger: Ledger) -> None:  # at the open, the close, and after a watch's passes
         stale = ledger.stale()
         if not stale:
             return
@@ -303,12 +296,11 @@ class Output:
 
     def prune(self, report: WalkReport, prune_all: bool = False, log: Callable[[str], None] | None = None,
               refuse_all: bool = True) -> int:
-        """After a complete walk: forget inputs done earlier that it did not find, but only
-        where it could see (a root it listed, not under a directory it could not list, not
-        under an empty root unless `prune_all`); their rows go at close. Removing every row of
-        a non-empty output is refused (RunFailedError, exit 3, nothing removed) unless
-        `prune_all`: it is what a moved mount point or a changed root argument looks like; a
-        watch's later walks (`refuse_all` False) follow a tree whose files all went while watched."""
+        """After a complete walk: forget inputs done earlier that it did not find, but only where it
+        could see (a root it listed, not under a directory it could not list, not under an empty
+        root unless `prune_all`); their rows go at close. Removing every row of a non-empty output
+        is refused (RunFailedError, exit 3, nothing removed) unless `prune_all`, or `refuse_all` is
+        off (a watch's later walks): a moved mount point or a changed root argument looks so."""
         log = log or (lambda message: None)
         if not report.complete:
             log("--prune: the walk did not finish; nothing pruned")

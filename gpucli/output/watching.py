@@ -37,7 +37,9 @@ def forget_unseen(output: Output, keys: list[str], report: WalkReport) -> int:
 def settle(output: Output) -> None:
     """The rows superseded so far (changed, failed and removed inputs) removed now, not at the
     close, so that a reader beside the watch sees each input once."""
-    output.remove_stale()
+    assert output.ledger is not None, "a watch's pass on an output not open. This is a bug."
+    output.remove_stale(output.ledger)
+    output.pruned.clear()  # its one use (the removal above) is done: not held for days
 
 
 def fold_small_parts(output: Output) -> list[str]:

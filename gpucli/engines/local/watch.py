@@ -235,8 +235,11 @@ class WatchPipeline(Pipeline):
             paths = [change.path for change in planned.changes]
             report = WalkReport()
             blocks = walk_changed(list(config.paths), job.walk_filter(), job.output.walk_exclusions(), paths, report)
-        await read_blocks(job, self._built(), self._holding_young(blocks, frozenset(paths), mark_seen), self.processes,
-                          mark_seen, self.has_work, lambda: bool(self.signal_received), watching=True)
+        loop = asyncio.get_running_loop()
+        held = holding_young(blocks, frozenset(paths), self.quiet_s, mark_seen,
+                             lambda changed: loop.call_soon_threadsafe(self._on_watch_message, changed))
+        await read_blocks(job, self._built(), held, self.processes, mark_seen, self.has_work,
+                          lambda: bool(self.signal_received), watching=True)
         if self.signal_received:
             return
         if planned.walks_all:  # a later walk may find every input gone: they went while watched
@@ -246,26 +249,6 @@ class WatchPipeline(Pipeline):
             keys = changed_keys(paths, list(config.paths))
             job.summary.pruned += await asyncio.to_thread(watching.forget_unseen, job.output, keys, report)
         await self._built()[2].put(END)  # the end of this pass's input
-
-    def _holding_young(self, blocks: Iterable[list[Source | Failure]], quiet: frozenset[str],
-                       seen: Callable[[list[str]], None] | None) -> Iterator[list[Source | Failure]]:
-        """The walk's blocks less the files written within the debounce (in the walk's thread):
-        those are held as changes, read once quiet (`quiet`: paths known quiet already). `seen`
-        (--prune): a held file is no file gone."""
-        loop, quiet_ns = asyncio.get_running_loop(), int(self.quiet_s * 1e9)
-
-        def held() -> Iterator[list[Source | Failure]]:
-            for block in blocks:
-                kept, young = split_young(block, time.time_ns(), quiet_ns, quiet)
-                if young:
-                    if seen is not None:
-                        seen([s.path for s in young])
-                    changes = tuple(Change(s.abspath, FileStat(stat.S_IFREG, s.size, s.mtime_ns, s.ino)) for s in young)
-                    loop.call_soon_threadsafe(self._on_watch_message, Changed(changes))
-                if kept:
-                    yield kept
-
-        return held()
 
     async def _fold_now_and_then(self) -> None:
         if time.monotonic() - self.compacted < COMPACT_EVERY_S:
@@ -281,3 +264,20 @@ class WatchPipeline(Pipeline):
         self._show("")
         if self.config.json:
             print(json.dumps(report.line()), flush=True)
+
+
+def holding_young(blocks: Iterable[list[Source | Failure]], quiet: frozenset[str], quiet_s: float,
+                  seen: Callable[[list[str]], None] | None, hold: Callable[[Changed], object],
+                  ) -> Iterator[list[Source | Failure]]:
+    """A walk's blocks less the files written within the debounce (run in the walk's thread):
+    those go to `hold` as changes, read once quiet (`quiet`: paths known quiet already). `seen`
+    (--prune): a held file is no file gone."""
+    quiet_ns = int(quiet_s * 1e9)
+    for block in blocks:
+        kept, young = split_young(block, time.time_ns(), quiet_ns, quiet)
+        if young:
+            if seen is not None:
+                seen([s.path for s in young])
+            hold(Changed(tuple(Change(s.abspath, FileStat(stat.S_IFREG, s.size, s.mtime_ns, s.ino)) for s in young)))
+        if kept:
+            yield kept
