@@ -56,6 +56,7 @@ def next_pass(output: Output) -> None:
     must not embed the whole tree again)."""
     assert output.ledger is not None, "a watch's pass on an output not open. This is a bug."
     output.ledger.next_pass()
+    output.sink.next_pass()
     output.incremental = True
 
 

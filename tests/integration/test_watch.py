@@ -26,6 +26,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from gpucli.core.errors import LockedError
+from gpucli.output.lock import RunLock
 from tests.churn import Churn, half_written_reads
 from tests.helpers import ROOT, run_fake, write_tree
 
@@ -329,13 +330,43 @@ def test_a_watch_whose_output_fails_exits_3_and_frees_the_lock(tmp_path, watches
         errors = [line for line in "".join(watch.stderr).splitlines() if line.startswith("gpucli: error:")]
         assert len(errors) == 1 and "No space left" in errors[0], "".join(watch.stderr)[-2000:]
         assert watch.lines[-1]["exit_code"] == 3
-        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
-        again = subprocess.run([sys.executable, "-m", "gpucli", "embed", str(root), "--out", str(out), "--model",
-                                str(tiny_bert), "--progress", "off"], capture_output=True, text=True, cwd=ROOT,
-                               timeout=HANG_S, env={**os.environ, "GPUCLI_BACKEND": "torch"})
-        assert again.returncode == 0, again.stderr[-2000:]
+        lock = RunLock(Path(f"{out}.gpucli"))  # the supervisor's restart will find the lock free
+        lock.acquire(str(out))
+        lock.release()
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_watch_rides_out_a_store_restart_and_exits_3_once_the_store_stays_down(tmp_path, watches):
+    """PostgreSQL: a transaction that meets a restarted server is tried again on a new connection;
+    once the store's retries are spent the watch exits 3, for its supervisor to restart it."""
+    from tests.pg_server import PgServer
+
+    pg = PgServer()
+    try:
+        database = pg.new_database()
+        root = write_tree(tmp_path / "tree", {"a.txt": "first note\n"})
+        os.utime(root / "a.txt", ns=(time.time_ns() - 60 * 10**9,) * 2)
+        env = {**os.environ, "GPUCLI_PG_RETRIES": "4", "GPUCLI_PG_RETRY_S": "5", "GPUCLI_PG_BACKOFF_S": "0.2"}
+        watch = Watching.fake([root], pg.out(database), env=env)
+        watches.append(watch)
+
+        def stored() -> set[str]:
+            if not pg.execute(database, "select to_regclass('docs') is not null")[0][0]:
+                return set()
+            return {path for path, in pg.execute(database, "select path from docs")}
+
+        watch.wait_for(lambda: stored() == {"a.txt"}, "the first pass's rows")
+        pg.restart()  # an immediate stop and a start: the server crashed, as it sees it
+        (root / "b.txt").write_text("written after the restart\n")
+        watch.wait_for(lambda: stored() == {"a.txt", "b.txt"}, "the rows of a file written after the restart")
+        pg.ctl("-m", "immediate", "stop")  # and now down for good
+        (root / "c.txt").write_text("written while the store is down\n")
+        assert watch.ended() == 3
+        errors = [line for line in "".join(watch.stderr).splitlines() if line.startswith("gpucli: error:")]
+        assert len(errors) == 1 and "attempts" in errors[0], "".join(watch.stderr)[-2000:]
+    finally:
+        pg.stop()
 
 
 # --- a bucket root: polled -----------------------------------------------------------------------

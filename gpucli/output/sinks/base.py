@@ -136,6 +136,11 @@ class Sink:
     def remove_location(self, name: str) -> None:
         """Delete one orphaned place."""
 
+    def next_pass(self) -> None:
+        """A watch's later pass (gpucli/engines/local/watch.py): inputs written by an earlier pass
+        of this process may be written again (a sink that added rows unkeyed, since each input came
+        once, merges from now on)."""
+
     def supersede(self, stale: dict[str, set[str]], pruned: set[str]) -> Rewrite | None:
         """Remove rows no longer current: for each location, the rows of those paths (their
         input was redone elsewhere, or pruned). Must be idempotent: it may run twice.

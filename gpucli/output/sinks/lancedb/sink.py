@@ -114,6 +114,9 @@ class LanceSink(Sink):
 
             self.table.add_columns(pa.schema(missing))
 
+    def next_pass(self) -> None:
+        self._append = False  # an input of an earlier pass may come again: merged by key
+
     def write(self, table: Any) -> str:
         if self.refusal is not None:
             raise self.refusal
