@@ -326,3 +326,16 @@ def test_the_inputs_at_and_under_changed_paths_that_a_walk_did_not_see_are_unsee
         assert sorted(ledger.unseen_at([], ["d"])) == ["d/e/y.txt", "d/x.txt"]
     finally:
         ledger.close()
+
+
+def test_docs_watch_shows_the_pass_line_and_the_bound_the_code_has():
+    import json
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "watch.md").read_text(encoding="utf-8")
+    shown = json.loads(re.search(r"```json\n(.*?)\n```", text, re.DOTALL).group(1))
+    line = PassReport(12, PassKind.CHANGES, 3, Totals(found=3), pending=0, seconds=0.0).line()
+    assert set(shown) == set(line) and shown["event"] == line["event"]
+    assert {kind.value for kind in PassKind} == set(re.findall(r"`(start|changes|rescan)`", text))
+    bound = re.search(r"past `watch_pending_max` paths \(default ([\d,]+)", text).group(1)
+    assert int(bound.replace(",", "")) == RunConfig(task="embed", paths=("x",)).watch_pending_max

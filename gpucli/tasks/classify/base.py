@@ -71,6 +71,7 @@ class ClassifyBase(Task):
         "gpucli classify photos/ --out labels.parquet\n"
         "gpucli classify photos/ --out labels.jsonl --top-k 3 --devices cuda:0,1\n"
         "gpucli classify photos/ --model ./my-vit-finetune --out labels.parquet\n"
+        "gpucli classify inbox/ --out inbox.parquet --prune --watch   # then stay up: new scans as they come\n"
         "gpucli classify photos/ --model openai/clip-vit-base-patch32 --labels \"cat,dog,receipt\""
     )
     shown_settings: ClassVar[tuple[str, ...]] = ("backend", "num_classes", "top_k", "input_size", "image_processor",

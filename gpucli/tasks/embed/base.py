@@ -40,6 +40,7 @@ class EmbedBase(Task):
   gpucli embed a.txt b.md --include '*.md' --chunk-tokens 128
   gpucli embed ./papers --include '*.pdf' --extract-timeout 300   # PDFs only, slow ones allowed 5 min
   gpucli embed ./docs --dry-run | grep '"format": "pdf"'           # what each input would be read as
+  gpucli embed ./notes --out notes.parquet --prune --watch        # then stay up: changes as they come
   gpucli embed --from posts.parquet --text-column body --id-column id   # one input per row"""
     # plain text, then every document format gpucli/inputs/extract/ reads (PDF, DOCX, PPTX, ODT, ODP, EPUB, HTML, XML,
     # RTF, notebooks, e-mail)

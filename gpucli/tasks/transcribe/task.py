@@ -204,7 +204,8 @@ class TranscribeTask(Task):
   gpucli transcribe ./calls                                   # -> transcribe.parquet/ with whisper-tiny.en
   gpucli transcribe ./calls --out calls.jsonl --json          # JSON lines, summary as JSON on stdout
   gpucli transcribe ./calls --model ./SenseVoiceSmall --devices cuda:0,1   # a funasr model directory
-  gpucli transcribe talk.mp3 --no-vad --beam-size 1           # every second, greedy search"""
+  gpucli transcribe talk.mp3 --no-vad --beam-size 1           # every second, greedy search
+  gpucli transcribe ./calls --prune --watch                   # then stay up: new recordings as they come"""
     suffixes = (".wav", ".flac", ".ogg", ".mp3", ".m4a")
     Options = TranscribeOptions
     default_model = "whisper-tiny.en"
