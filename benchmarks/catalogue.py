@@ -68,6 +68,8 @@ SCRIPTS = [
            "RESULTS-cpu.md"),
     Script("peers.sh", "helper", "makes the peers' venv and their local ONNX files (for peers_e2e.py)"),
     Script("peers.py", "helper", "the peers' scripts, run in their own venv (for peers_e2e.py)"),
+    Script("watch_latency.py", "separate", "--watch: a file saved into a watched tree, its close to its row "
+           "durable and readable (median, p95 of 100); gpucli search finds it", "RESULTS-watch.md"),
     Script("embedded_qdrant.py", "separate", "qdrant: / Parquet writes, search latency, recall@10, RSS",
            "RESULTS-qdrant.md"),
     Script("vector_types_bench.py", "separate", "recall@10 of each --vector-type / float32, bytes per vector",
