@@ -31,7 +31,6 @@ ENGINES: dict[str, Engine] = {
     EngineName.LOCAL.value: Engine("local", "gpucli.engines.local.pipeline:run"),
     EngineName.RAY.value: Engine("ray", "gpucli.engines.ray:run", needs=("ray", "ray.data"), extra="ray"),
 }
-WATCH_ENTRY = "gpucli.engines.local.watch:run"  # --watch (docs/watch.md)
 if set(ENGINES) != {name.value for name in EngineName}:  # pragma: no cover - caught by any import in the tests
     raise RuntimeError("gpucli.engines.ENGINES and core.config.EngineName name different engines. This is a bug.")
 
@@ -46,8 +45,11 @@ def run_engine(config: RunConfig) -> RunSummary:
     if engine is None:
         raise UsageError(f"--engine {config.engine!r}: choose one of {', '.join(ENGINES)}")
     _check_installed(engine)
-    entry = WATCH_ENTRY if config.watch else engine.entry  # --watch: the local engine only (RunConfig says so)
-    module_name, _, function = entry.partition(":")
+    if config.watch:  # the local engine only (RunConfig says so): docs/watch.md
+        from gpucli.engines.local.watch import run
+
+        return run(config)
+    module_name, _, function = engine.entry.partition(":")
     return getattr(importlib.import_module(module_name), function)(config)
 
 

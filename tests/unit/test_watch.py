@@ -202,7 +202,8 @@ def test_watch_is_refused_with_what_cannot_keep_an_output_in_step():
 def tree(tmp_path: Path) -> Path:
     root = tmp_path / "root"
     for rel in ("a.txt", "sub/b.txt", "sub/deeper/c.txt", "sub/skip.png", ".hidden/h.txt", "sub/.h.txt",
-                "other/x.txt"):
+                "other/x.txt", "sub/old.jsonl", "sub/old.jsonl.gpucli/ledger.sqlite", "sub/old.failures.jsonl",
+                "made/v.parquet/_gpucli/ledger.sqlite", "made/v.parquet/notes.txt"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(f"text of {rel}\n")
     (tmp_path / "outside.txt").write_text("outside\n")
@@ -221,6 +222,7 @@ def test_the_walk_of_changed_paths_yields_what_the_whole_walk_yields_for_them(tr
     every_path = [str(p) for p in tree.rglob("*")]
     assert _found(walk_changed([str(tree)], flt, [], every_path)) == whole
     assert "sub/.h.txt" not in whole and ".hidden/h.txt" not in whole and whole["sub/leaves.txt"] == "skip"
+    assert not any(path.startswith(("sub/old", "made/")) for path in whole), "another gpucli output is no input"
 
 
 def test_a_changed_directory_is_walked_whole_and_a_hidden_or_gone_one_yields_nothing(tree: Path):
