@@ -119,7 +119,7 @@ class WatchPipeline(Pipeline):
             case Changed(changes=changes):
                 self.pending.add(changes, time.monotonic())
             case EventsStopped(reason=reason):
-                self.progress.log(f"note: file events stopped ({reason}); the tree is walked every "
+                self.progress.note(f"file events stopped ({reason}); the tree is walked every "
                                   f"{self.config.watch_poll_s:g}s instead (--watch-poll-s)")
                 self.rescans.at_least_every(self.config.watch_poll_s)
                 self.pending.overflowed = True  # what the events missed meanwhile: one walk now
@@ -130,7 +130,7 @@ class WatchPipeline(Pipeline):
         while not self.signal_received:
             now = time.monotonic()
             if self.pending.overflowed:
-                self.progress.log(f"note: over {self.pending.max_paths} paths changed at once; walking the whole "
+                self.progress.note(f"over {self.pending.max_paths} paths changed at once; walking the whole "
                                   "tree instead of following each")
             ready = [] if self.pending.overflowed else self.pending.ready(now, self.quiet_s)
             whole = self.pending.overflowed or self.rescans.due(now) or any(c.path in self.root_dirs for c in ready)
@@ -152,14 +152,14 @@ class WatchPipeline(Pipeline):
         missing = [p for p in self.config.paths if not is_url(p) and not os.path.lexists(p)]
         if missing:
             if not self.roots_missing:
-                self.progress.log(f"note: {', '.join(missing)}: gone; nothing is removed, and the watch looks for it "
+                self.progress.note(f"{', '.join(missing)}: gone; nothing is removed, and the watch looks for it "
                                   f"every {self.config.watch_poll_s:g}s")
             self.roots_missing = True
             self.pending.clear()
             self.rescans.walked(now - max(0.0, self.rescans.every_s - self.config.watch_poll_s))
             return False
         if self.roots_missing:
-            self.progress.log("note: every root is back; walking the tree again")
+            self.progress.note("every root is back; walking the tree again")
             self.roots_missing = False
             self._restart_watcher()
         return True
@@ -255,7 +255,7 @@ class WatchPipeline(Pipeline):
             return
         self.compacted = time.monotonic()
         for note in await asyncio.to_thread(watching.fold_small_parts, self.job.output):
-            self.progress.log(f"note: {note}")
+            self.progress.note(note)
 
     def _said(self, report: PassReport) -> None:
         if not report.worth_saying:
