@@ -154,6 +154,10 @@ def wait_until_equal(watch: Watching, out: Path, want: Counter) -> None:
                              f"extra: {list((got - want).items())[:5]}") from None
 
 
+CHURN_QUIET_MS = 800  # the slow writers pause 30 ms between pieces: a read of a half-written file needs a
+# stall of the generator 26 times that long
+
+
 def churned(tmp_path: Path, seed: int) -> tuple[Churn, Path, Path, dict]:
     root, log = tmp_path / "tree", tmp_path / "batches.jsonl"
     churn = Churn(root, seed=seed)
@@ -173,7 +177,7 @@ def check_settled(watch: Watching, churn: Churn, root: Path, out: Path, tmp_path
 # --- the churn: the output equals a fresh run ----------------------------------------------------
 def test_after_thousands_of_changes_the_watched_output_equals_a_fresh_run_row_for_row(tmp_path, watches):
     churn, root, out, options = churned(tmp_path, seed=11)
-    watch = Watching.fake([root], out, options)
+    watch = Watching.fake([root], out, options, watch_debounce_ms=CHURN_QUIET_MS)
     watches.append(watch)
     watch.wait_for_pass()
     churn.run(operations=2400, seconds=8.0)
@@ -185,14 +189,14 @@ def test_after_thousands_of_changes_the_watched_output_equals_a_fresh_run_row_fo
 
 def test_a_watch_killed_mid_churn_and_started_again_equals_a_fresh_run(tmp_path, watches):
     churn, root, out, options = churned(tmp_path, seed=12)
-    first = Watching.fake([root], out, options)
+    first = Watching.fake([root], out, options, watch_debounce_ms=CHURN_QUIET_MS)
     watches.append(first)
     first.wait_for_pass()
     churning = threading.Thread(target=churn.run, kwargs={"operations": 2000, "seconds": 8.0})
     churning.start()
     first.wait_for_pass(lambda line: line["succeeded"] > 0, after=1)  # killed while it works through changes
     first.kill()
-    again = Watching.fake([root], out, options)
+    again = Watching.fake([root], out, options, watch_debounce_ms=CHURN_QUIET_MS)
     watches.append(again)
     churning.join(HANG_S)
     check_settled(again, churn, root, out, tmp_path, options)
