@@ -25,7 +25,7 @@ from gpucli.core.records import Batch, Failed, FailureKind, Ready, Result, Setup
 from gpucli.engines import recovery
 from gpucli.engines.local.events import BatchDone, BatchesDone, BatchFailed, Changes, OnEvent, OutOfMemory, PoolLog
 from gpucli.engines.local.in_flight import Dispatch
-from gpucli.engines.local.processes import Processes, Worker, exit_text
+from gpucli.engines.local.processes import Processes, Worker, call_on_loop, exit_text
 from gpucli.engines.local.watchdog import Timeouts, watch
 from gpucli.models.devices import host_cores
 from gpucli.tasks import Task, TaskSpec
@@ -119,7 +119,7 @@ class WorkerPool:
         (a payload that does not pickle) fails its inputs, instead of waiting for a timeout."""
         error = done.exception()
         if error is not None:
-            self._spawned_on().call_soon_threadsafe(self._send_failed, worker, batch_id, error)
+            call_on_loop(self._spawned_on(), self._send_failed, worker, batch_id, error)
 
     def _send_failed(self, worker: Worker, batch_id: int, error: BaseException) -> None:
         record = self.dispatch.finish(worker, batch_id)

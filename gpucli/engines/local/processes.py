@@ -31,6 +31,7 @@ from gpucli.core.signals import held_from_children
 from gpucli.engines.local.worker import STOP, worker_main, worker_thread_main
 from gpucli.tasks import TaskSpec
 
+RECEIVER_JOIN_S = 10.0  # a receiver ends once its process's Pipe closes: this only bounds a bug
 RECEIVE_DRAIN = 256  # messages a receiver thread hands the loop at once, at most
 IN_PROCESS_VARIABLE = "GPUCLI_TEST_INPROCESS_WORKERS"  # "1": worker threads instead of processes (tests)
 
@@ -80,6 +81,7 @@ class Processes:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._senders = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gpucli-send-{i}")
                          for i in range(len(devices))]
+        self._receivers: list[threading.Thread] = []  # one per process spawned; `stop` waits for them
 
     def spawn(self, worker: Worker) -> None:
         """A new process in this slot; it loads its model in the background. On the loop."""
@@ -97,8 +99,10 @@ class Processes:
             child_conn.close()
         worker.process, worker.conn, worker.ready, worker.alive = process, parent_conn, False, True
         worker.pid, worker.spawned_at = process.pid, time.monotonic()
-        threading.Thread(target=self._receive, args=(worker, parent_conn, process), daemon=True,
-                         name=f"gpucli-recv-{worker.index}").start()
+        receiver = threading.Thread(target=self._receive, args=(worker, parent_conn, process), daemon=True,
+                                    name=f"gpucli-recv-{worker.index}")
+        self._receivers = [r for r in self._receivers if r.is_alive()] + [receiver]
+        receiver.start()
 
     def send(self, worker: Worker, message: Any) -> Future:
         """Queued on the worker's sender thread, after what it is sending; the future fails when
@@ -107,7 +111,10 @@ class Processes:
 
     async def stop(self, deadline: float) -> None:
         """The stop sentinel to each worker, join until `deadline` (time.monotonic), then kill.
-        One deadline for all. A worker still loading is killed at once: none of its work is kept."""
+        One deadline for all. A worker still loading is killed at once: none of its work is kept.
+        Returns once every receiver thread has handed its last message to the loop: one still on
+        its way (a killed worker's exit) called the loop after `asyncio.run` had closed it, and
+        printed "RuntimeError: Event loop is closed" under a stopped run's one line."""
         for worker in self.workers:
             if worker.process is not None and worker.alive and not worker.ready:
                 worker.process.kill()
@@ -137,6 +144,8 @@ class Processes:
             if worker.process is not None and worker.process.is_alive():
                 worker.process.kill()  # workers ignore SIGTERM (the group's signal is the parent's)
                 worker.process.join(1.0)
+        for receiver in self._receivers:  # each reads EOF now that its process is gone
+            receiver.join(RECEIVER_JOIN_S)
 
     def _receive(self, worker: Worker, conn: Any, process: Any) -> None:
         """Receiver thread: each wake-up's messages to the loop together, then the exit."""
@@ -145,11 +154,11 @@ class Processes:
             raise RuntimeError("a receiver thread started before any worker was spawned. This is a bug.")
 
         def to_loop(messages: list[WorkerMessage]) -> None:
-            loop.call_soon_threadsafe(self._on_messages, worker, process, messages)
+            call_on_loop(loop, self._on_messages, worker, process, messages)
 
         receive_until_closed(conn, to_loop)
         process.join(5.0)
-        loop.call_soon_threadsafe(self._on_exit, worker, process)
+        call_on_loop(loop, self._on_exit, worker, process)
 
 
 class WorkerThread:
@@ -208,6 +217,16 @@ def receive_until_closed(conn: Any, hand: Callable[[list[WorkerMessage]], None])
             open_ = False
         if messages:
             hand(messages)
+
+
+def call_on_loop(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
+    """`callback(*args)` on `loop`, from another thread; nothing once the loop is closed (the run
+    is over, and a receiver that `stop` gave up on has nobody left to tell)."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        if not loop.is_closed():
+            raise
 
 
 def send_quietly(conn: Any, message: Any) -> None:
