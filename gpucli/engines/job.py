@@ -76,6 +76,7 @@ class Job:
     """One run's set-up, shared by the engines: built once from the config."""
 
     def __init__(self, config: RunConfig, progress: Progress | None = None) -> None:
+        self.readers: ReaderProcesses | None = None  # this run's, once the reader made them
         self.config = config
         self.task_cls, self.spec = task_and_spec(config)
         tables.check(config, self.task_cls)  # --from: task, table and columns, before anything is opened
@@ -164,7 +165,20 @@ class Job:
         count = self.config.read_processes
         if count < 0:
             count = self.task.reader_processes(host_cores(), devices)
-        return ReaderProcesses(self.spec, count) if count > 0 else None
+        self.readers = ReaderProcesses(self.spec, count) if count > 0 else None
+        return self.readers
+
+    def join_readers(self, timeout: float = 10.0) -> None:
+        """After the reader closed them: their pool's threads ended (ReaderProcesses.join), off the loop."""
+        if self.readers is not None:
+            self.readers.join(timeout)
+
+    def stop_at_once(self) -> None:
+        """A second stop's line, and the readers killed before its os._exit: left alive, they outlived
+        the parent, blocked for good on a pipe nobody reads."""
+        self.progress.log("second interrupt: stopping now; complete parts are kept")
+        if self.readers is not None:
+            self.readers.close()
 
     def attempts(self) -> Attempts:
         """Large inputs recorded in the ledger while they are prepared (reader.Attempts)."""
@@ -210,6 +224,7 @@ class Job:
                                                      refuse_all)
 
     def close(self, written: bool) -> None:
+        self.join_readers()  # closed by the reader's end by now
         self.inputs.stop_counting()
         try:
             self.output.close(written)

@@ -309,6 +309,7 @@ class ReaderProcesses:
         from concurrent.futures import ProcessPoolExecutor
 
         self.count = count
+        self._manager: Any = None  # the pool's manager thread, from `close` to `join`
         self._pool = ProcessPoolExecutor(count, mp_context=mp.get_context("spawn"), initializer=_reader_init,
                                          initargs=(spec, count))
 
@@ -345,22 +346,38 @@ class ReaderProcesses:
         """Stop at once: the readers are killed, idle or mid-chunk (a run that stopped keeps
         nothing they would send). A reader killed while it sent a large chunk back leaves the
         executor's manager thread waiting for the rest of that message, and the call queue's
-        feeder thread waiting to send a large chunk to readers that are gone; multiprocessing
-        joins that feeder at exit, so the process never left (a full disk printed
+        feeder thread waiting to send a large chunk to readers that are gone; multiprocessing joins
+        that feeder at exit, so the process never left (a full disk printed
         its error and summary, then hung). With the readers killed, the parent's copy of the
         result pipe's writing end is closed: the manager reads EOF, takes the pool for broken
         and closes the call pipe, which ends the feeder's send (EPIPE, which the executor
-        ignores). Nothing in the parent writes to that pipe: only readers do."""
+        ignores). Nothing in the parent writes to that pipe: only readers do.
+
+        The readers are those in the pool's own table once `shutdown` holds the pool's lock: a
+        `submit` in the walk's thread may be starting one at this very moment, and it is in the
+        table only when that start returns. Missed, it was left alive, and outlived the parent,
+        blocked for good on a result nobody read, with the caller's pipes open."""
         pool = self._pool
-        processes = list((getattr(pool, "_processes", None) or {}).values())
+        with getattr(pool, "_shutdown_lock", contextlib.nullcontext()):  # no submit half done: its manager is there
+            processes = getattr(pool, "_processes", None)  # the table itself: shutdown forgets it
+            self._manager = getattr(pool, "_executor_manager_thread", None) or self._manager  # `join` waits for it
         writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)  # shutdown forgets it
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:  # idle now, or reading for a run that stopped: nothing to keep
+        pool.shutdown(wait=False, cancel_futures=True)  # after a submit under way: no more readers start
+        for process in list((processes or {}).values()):  # idle now, or reading for a run that stopped
             if process.is_alive():
                 process.kill()
         if writer is not None:  # EOF once the killed readers are gone (the kernel closes their ends)
             writer.close()
 
+    def join(self, timeout: float) -> None:
+        """After `close`, off the loop: the pool's manager thread ended (up to `timeout`), its queues
+        freed here. Their semaphores' finalizer (unlink, then unregister from the resource tracker)
+        ran at the manager thread's very end, after it had left the list the exit joins: an exit
+        between the two made the tracker report "1 leaked semaphore" and "[Errno 2]" on stderr."""
+        manager, self._manager = self._manager, None
+        if manager is not None:
+            manager.join(timeout)
+        del manager  # the last reference to the queues when it has ended: their finalizers run now, here
 
 def _died(sources: list[Source]) -> Exception:
     from gpucli.core.errors import RunFailedError

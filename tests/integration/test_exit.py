@@ -87,6 +87,50 @@ CHUNKS_OF_A_STOPPED_RUN = textwrap.dedent('''
     print(json.dumps({"cancelled_by_the_run": cancelled, "thread_errors": errors}), flush=True)
 ''')
 
+READER_STARTED_AS_THE_RUN_STOPS = textwrap.dedent('''
+    import json, multiprocessing, sys, threading
+    import multiprocessing.process as mp_process
+    from pathlib import Path
+
+    from gpucli.app.boundary import exit_without_teardown
+    from gpucli.core.records import Source
+    from gpucli.engines.reader import ReaderProcesses
+    from gpucli.tasks.base import TaskSpec
+
+    text = Path(sys.argv[1])
+    text.write_text("one line\\n")
+    st = text.stat()
+    readers = ReaderProcesses(TaskSpec("tests.fake_task:FakeTask", "fake-model"), 1)
+    starting, closing = threading.Event(), threading.Event()
+    start = mp_process.BaseProcess.start
+
+    def start_once_closing(process):  # the reader starts just as the run's stop closes the pool
+        starting.set()
+        closing.wait(60)
+        start(process)
+
+    shutdown = readers._pool.shutdown
+
+    def shutdown_saying_so(*args, **kwargs):
+        closing.set()
+        return shutdown(*args, **kwargs)
+
+    mp_process.BaseProcess.start = start_once_closing
+    readers._pool.shutdown = shutdown_saying_so
+    source = Source(0, "a.txt", str(text), st.st_size, st.st_mtime_ns, "", st.st_dev, st.st_ino)
+    walk = threading.Thread(target=readers.submit, args=([source], 1 << 20, None))  # the walk's thread
+    walk.start()
+    assert starting.wait(60)
+    readers.close()
+    walk.join(60)
+    readers.join(60)
+    alive = [p.pid for p in multiprocessing.active_children() if p.is_alive()]
+    for process in multiprocessing.active_children():  # the test fails, but leaves nothing behind
+        process.kill()
+    print(json.dumps({"readers_alive": alive}), flush=True)
+    exit_without_teardown(SystemExit(0))
+''')
+
 STUCK_EXIT_HANDLER = textwrap.dedent('''
     import atexit, time
 
@@ -119,6 +163,18 @@ def test_a_stop_that_drops_the_chunks_in_flight_leaves_the_reader_pool_consisten
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.splitlines()[0]) == {"cancelled_by_the_run": 0, "thread_errors": []}
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+def test_a_reader_started_while_the_stop_closes_the_pool_is_killed_too(tmp_path: Path):
+    """The walk's thread may be starting a reader process when the stop closes the pool (issue
+    46): that reader was not in the table `close` looked at, and was left alive; the exit waited
+    for it, then left without it, and it stayed for good, blocked on a result nobody read, with
+    the caller's pipes open (a stop-at-start test hung on them). The pool's semaphores are
+    unlinked and unregistered by `join`, so the resource tracker has nothing to report."""
+    result = run_script(READER_STARTED_AS_THE_RUN_STOPS, str(tmp_path / "a.txt"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.splitlines()[0]) == {"readers_alive": []}
+    assert "resource_tracker" not in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
 def test_an_exit_handler_that_never_returns_does_not_keep_the_process(tmp_path: Path):

@@ -266,7 +266,7 @@ class Pipeline:
     # --- stop signals ---------------------------------------------------------------------------
     def _on_signal(self, sig: int) -> None:
         if self.signal_received:
-            self.progress.log("second interrupt: stopping now; complete parts are kept")
+            self.job.stop_at_once()
             if self.pool is not None:
                 self.pool.kill_now()
             os._exit(EXIT_SIGINT if sig == signal.SIGINT else EXIT_SIGTERM)
