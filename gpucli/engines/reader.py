@@ -353,10 +353,8 @@ class ReaderProcesses:
         and closes the call pipe, which ends the feeder's send (EPIPE, which the executor
         ignores). Nothing in the parent writes to that pipe: only readers do.
 
-        The readers are those in the pool's own table once `shutdown` holds the pool's lock: a
-        `submit` in the walk's thread may be starting one at this very moment, and it is in the
-        table only when that start returns. Missed, it was left alive, and outlived the parent,
-        blocked for good on a result nobody read, with the caller's pipes open."""
+        The readers killed are those in the pool's table after `shutdown` took its lock: one that a
+        `submit` was starting was missed, and outlived the parent with the caller's pipes open."""
         pool = self._pool
         with getattr(pool, "_shutdown_lock", contextlib.nullcontext()):  # no submit half done: its manager is there
             processes = getattr(pool, "_processes", None)  # the table itself: shutdown forgets it
@@ -370,14 +368,12 @@ class ReaderProcesses:
             writer.close()
 
     def join(self, timeout: float) -> None:
-        """After `close`, off the loop: the pool's manager thread ended (up to `timeout`), its queues
-        freed here. Their semaphores' finalizer (unlink, then unregister from the resource tracker)
-        ran at the manager thread's very end, after it had left the list the exit joins: an exit
-        between the two made the tracker report "1 leaked semaphore" and "[Errno 2]" on stderr."""
+        """After `close`, off the loop: the manager thread ended, its queues freed here. Freed at its very
+        end, their semaphores' unlink and unregister were cut by the exit: "1 leaked semaphore"."""
         manager, self._manager = self._manager, None
         if manager is not None:
             manager.join(timeout)
-        del manager  # the last reference to the queues when it has ended: their finalizers run now, here
+        del manager  # the queues' last reference: their finalizers run now, here
 
 def _died(sources: list[Source]) -> Exception:
     from gpucli.core.errors import RunFailedError
