@@ -189,10 +189,34 @@ def restore_handlers(previous: dict[int, Any]) -> None:
 
 def leave_to_parent() -> None:
     """In a spawned child, first thing: ignore the stop signals, then unblock them. One that
-    came while they were blocked is dropped: an ignored pending signal is discarded."""
+    came while they were blocked is dropped: an ignored pending signal is discarded. And leave
+    when the parent is gone (`die_with_parent`)."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    die_with_parent()
+
+
+def die_with_parent(every_s: float = 1.0) -> None:
+    """Leave when the parent process is gone, even in the middle of a call: a thread watches the
+    parent's pid. A child that outlived a parent killed with SIGKILL stayed forever, blocked on a
+    full result pipe that it holds both ends of itself (a reader of the pool), holding its caller's
+    stdout and stderr open (a cron job's pipe never closed). PR_SET_PDEATHSIG would fire when the
+    *thread* that started the child ends, and the parent starts children from threads that come
+    and go. The parent's pid is the one multiprocessing was started by, not getppid() now: a
+    parent killed while the child was still importing has already left it to init."""
+    import multiprocessing
+    import time
+
+    started_by = multiprocessing.parent_process()
+    parent = started_by.pid if started_by is not None and started_by.pid else os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="gpucli-parent-watch", daemon=True).start()
 
 
 class LoopSignals:

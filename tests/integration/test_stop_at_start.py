@@ -80,13 +80,25 @@ def stop_after(command: list[str], sig: signal.Signals, delay_s: float) -> subpr
         time.sleep(delay_s)
         assert proc.poll() is None, "the run ended before the signal: it must last longer than the delays"
         proc.send_signal(sig)
-        out = proc.stdout.read()
         proc.wait(HANG_S)
+        out = _read_within(proc.stdout, HANG_S)  # a child that outlived gpucli holding its pipe fails, not hangs
         reader.join(HANG_S)
+        assert not reader.is_alive(), "a child of gpucli outlived it, holding its stderr open"
     finally:
         proc.kill()
     err = "".join(line for line in lines if not line.startswith(IMPORT_LOG))
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def _read_within(stream, timeout_s: float) -> str:
+    """All of `stream` up to its end, or an assertion when it has not ended within `timeout_s`:
+    the end comes when every process holding the pipe has exited (gpucli's readers and workers)."""
+    got: list[str] = []
+    thread = threading.Thread(target=lambda: got.append(stream.read()), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert not thread.is_alive(), "a child of gpucli outlived it, holding its stdout open"
+    return got[0]
 
 
 @pytest.mark.slow
@@ -138,3 +150,34 @@ def test_a_command_raises_the_stops_inside_its_guard_and_exits_at_once_outside_i
             time.sleep(5)
     assert ended.value.exit_code == 130
     assert all(exits_at_once(signal.getsignal(sig)) for sig in (signal.SIGINT, signal.SIGTERM))
+
+
+@pytest.mark.slow
+@pytest.mark.processes
+def test_the_children_of_a_run_killed_with_sigkill_leave_with_it(tiny_bert, documents, tmp_path):
+    """A parent killed with SIGKILL runs no handler: its workers and reader processes must see it
+    gone and leave (gpucli.core.signals.die_with_parent). A reader stayed for good, blocked on a
+    result pipe it holds both ends of, and kept a cron job's stdout open."""
+    import psutil
+
+    command = [*console_script(), "embed", str(documents), "--model", str(tiny_bert), "--out",
+               str(tmp_path / "o.parquet"), "--quiet", "--batch-size", "2", "--devices", "cpu"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "GPUCLI_BACKEND": "torch"})
+    try:
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + HANG_S
+        children: list[psutil.Process] = []
+        while len(children) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            children = [c for c in parent.children(recursive=True) if "resource_tracker" not in " ".join(c.cmdline())]
+            time.sleep(0.05)  # polling for the children to exist, not waiting on a guess
+        assert len(children) >= 2, "the run never started its workers"
+        proc.kill()
+        proc.wait(HANG_S)
+        gone, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"children outlived their killed parent: {[c.cmdline()[-2:] for c in alive]}"
+    finally:
+        proc.kill()
+        for child in psutil.Process().children(recursive=True):
+            if child.pid != os.getpid() and "gpucli" in " ".join(child.cmdline()):
+                child.kill()

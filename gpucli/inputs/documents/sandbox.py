@@ -25,7 +25,6 @@ in a child.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
@@ -278,8 +277,7 @@ def outcome(reply: Reply, limits: Limits) -> Any:
 def _child_main(conn: Any, handler: Callable[[Any], Any], memory_mb: int) -> None:
     from gpucli.core.signals import leave_to_parent
 
-    leave_to_parent()
-    _die_with_parent()
+    leave_to_parent()  # and die with the parent
     _cap_memory(memory_mb)
     while True:
         try:
@@ -317,18 +315,3 @@ def _cap_memory(memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     except (ImportError, ValueError, OSError):  # not on this platform: the time limit still holds
         pass
-
-
-def _die_with_parent() -> None:
-    """Leave when the parent process is gone, even in the middle of a call: a thread watches the
-    parent's pid (PR_SET_PDEATHSIG would fire when the *thread* that started the child ends, and
-    the parent starts children from reader threads that come and go)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(0)
-
-    threading.Thread(target=watch, name="gpucli-parent-watch", daemon=True).start()
