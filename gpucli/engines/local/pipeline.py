@@ -109,14 +109,19 @@ class Pipeline:
                                self.batcher.waited_s if self.queue else 0.0,
                                self.writer.seconds if self.writer else 0.0, error)
 
-    async def _run_opened(self) -> None:
-        job = self.job
-        devices = job.devices()
-        job.use_devices(devices)
-        queue, self.batcher, pool, writer = build_stages(job, devices, self._on_pool_event)
-        self.queue, self.pool, self.writer = queue, pool, writer
+    def _build_stages(self) -> tuple[list[str], BlockQueue, WorkerPool]:
+        """The run's devices, and its queue, batcher, pool and writer on them (a watch's too)."""
+        devices = self.job.devices()
+        self.job.use_devices(devices)
+        queue, self.batcher, pool, self.writer = build_stages(self.job, devices, self._on_pool_event)
+        self.queue, self.pool = queue, pool
         self._oom = OomHistory(self.batcher.caps)  # out-of-memory errors lower the batcher's caps
         self.has_work = asyncio.Event()
+        return devices, queue, pool
+
+    async def _run_opened(self) -> None:
+        job = self.job
+        devices, queue, pool = self._build_stages()
         ticker = asyncio.ensure_future(tick(self.progress, lambda: job.counts_now(queue.items,
                                                                                   pool.in_flight_count())))
         self.reader = asyncio.ensure_future(self._read(devices))  # reads while the workers load their models

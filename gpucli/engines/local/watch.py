@@ -31,10 +31,10 @@ from gpucli.core.records import Failure, Source
 from gpucli.core.summary import RunSummary
 from gpucli.engines.batching import END
 from gpucli.engines.local.dispatcher import feed
-from gpucli.engines.local.pipeline import Pipeline, build_stages, read_blocks
+from gpucli.engines.local.pipeline import Pipeline, read_blocks
 from gpucli.engines.passes import Pass, PassKind, PassReport, Rescans, Totals, rescan_every
 from gpucli.engines.reader import ReaderProcesses
-from gpucli.engines.recovery import OomHistory, Restarts
+from gpucli.engines.recovery import Restarts
 from gpucli.inputs.changed_walk import changed_keys, walk_changed
 from gpucli.inputs.changes import Change, FileStat, PendingChanges, split_young
 from gpucli.inputs.scope import WalkReport
@@ -67,12 +67,7 @@ class WatchPipeline(Pipeline):
 
     async def _run_opened(self) -> None:
         job = self.job
-        devices = job.devices()
-        job.use_devices(devices)
-        queue, self.batcher, pool, writer = build_stages(job, devices, self._on_pool_event)
-        self.queue, self.pool, self.writer = queue, pool, writer
-        self._oom = OomHistory(self.batcher.caps)
-        self.has_work = asyncio.Event()
+        devices, _, pool = self._build_stages()
         self.processes = job.reader_processes(devices)
         pruning_error = None
         try:
